@@ -232,33 +232,31 @@ func parse(s string) (Dependency, error) {
 		}
 		d.Namespace, d.Name = ns, name
 	case KindJob:
+		if strings.Contains(rest, "=") {
+			ns, labels, err := parseSelector(rest)
+			if err != nil {
+				return Dependency{}, err
+			}
+			d.Namespace, d.Labels = ns, labels
+			break
+		}
 		ns, name, err := splitNamespace(rest)
 		if err != nil {
 			return Dependency{}, err
 		}
-		d.Namespace = ns
-		if strings.Contains(name, "=") {
-			if d.Labels, err = ParseLabels(name); err != nil {
-				return Dependency{}, err
-			}
-		} else {
-			if err := validObjectName(name); err != nil {
-				return Dependency{}, err
-			}
-			d.Name = name
+		if err := validObjectName(name); err != nil {
+			return Dependency{}, err
 		}
+		d.Namespace, d.Name = ns, name
 	case KindPod:
 		if before, ok := strings.CutSuffix(rest, "@samenode"); ok {
 			rest, d.SameNode = before, true
 		}
-		ns, sel, err := splitNamespace(rest)
+		ns, labels, err := parseSelector(rest)
 		if err != nil {
 			return Dependency{}, err
 		}
-		d.Namespace = ns
-		if d.Labels, err = ParseLabels(sel); err != nil {
-			return Dependency{}, err
-		}
+		d.Namespace, d.Labels = ns, labels
 	case KindResource:
 		return parseResource(rest)
 	default:
@@ -368,6 +366,34 @@ func splitNamespace(s string) (ns, rest string, err error) {
 		return "", "", fmt.Errorf("empty name after namespace %q", ns)
 	}
 	return ns, rest, nil
+}
+
+// parseSelector reads [NS/]k=v,... . A label key may carry a prefix
+// ("app.kubernetes.io/name=keystone"), so the text before the first "/" is the
+// namespace only when it is a DNS-1123 label (no dots, no "=", no ","); else
+// the whole text is the selector. Without a namespace, a key whose prefix is a
+// DNS-1123 label ("foo/bar") is refused: String() would render it first or
+// later and it would read back as namespace "foo".
+func parseSelector(s string) (ns string, m map[string]string, err error) {
+	if before, after, ok := strings.Cut(s, "/"); ok && len(validation.IsDNS1123Label(before)) == 0 {
+		ns, s = before, after
+	}
+	if m, err = ParseLabels(s); err != nil {
+		return "", nil, err
+	}
+	if ns == "" {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if prefix, _, ok := strings.Cut(k, "/"); ok && len(validation.IsDNS1123Label(prefix)) == 0 {
+				return "", nil, fmt.Errorf("label %q: prefix %q reads as a namespace; give the namespace first (NS/k=v,...)", k, prefix)
+			}
+		}
+	}
+	return ns, m, nil
 }
 
 func validObjectName(name string) error {

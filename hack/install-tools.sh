@@ -9,6 +9,9 @@ set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
+# Bump when the trimmed CoreDNS recipe below changes (plugins, directives), so a
+# cached build from an older recipe is rebuilt once.
+COREDNS_RECIPE=r2
 CACHE=${KOLLA_AGENT_CACHE:-$HOME/.cache/kolla-agent}
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
@@ -95,11 +98,11 @@ install_kube() {
 # A trimmed CoreDNS: only the plugins the test Corefile uses, which builds in a
 # fraction of the time of the full binary.
 install_coredns() {
-	local stamp="$BIN/.coredns-$COREDNS_VERSION"
+	local stamp="$BIN/.coredns-$COREDNS_VERSION-$COREDNS_RECIPE"
 	[ -f "$stamp" ] && [ -x "$BIN/coredns" ] && return 0
 	local dir="$CACHE/build/coredns-$COREDNS_VERSION"
 	mkdir -p "$dir"
-	log "building CoreDNS $COREDNS_VERSION (kubernetes, errors, log, reload plugins)"
+	log "building CoreDNS $COREDNS_VERSION (bind, errors, log, kubernetes, whoami plugins)"
 	(
 		cd "$dir"
 		cat >go.mod <<-EOF
@@ -116,21 +119,26 @@ install_coredns() {
 				"github.com/coredns/coredns/core/dnsserver"
 				"github.com/coredns/coredns/coremain"
 
+				_ "github.com/coredns/coredns/plugin/bind"
 				_ "github.com/coredns/coredns/plugin/errors"
 				_ "github.com/coredns/coredns/plugin/kubernetes"
 				_ "github.com/coredns/coredns/plugin/log"
 				_ "github.com/coredns/coredns/plugin/whoami"
 			)
 
+			// Only listed plugins may appear in a Corefile; keep the relative
+			// order of CoreDNS' plugin.cfg (bind comes before errors).
 			func init() {
-				dnsserver.Directives = []string{"errors", "log", "kubernetes", "whoami"}
+				dnsserver.Directives = []string{"bind", "errors", "log", "kubernetes", "whoami"}
 			}
 
 			func main() { coremain.Run() }
 		EOF
 		GOFLAGS=-mod=mod go mod tidy >/dev/null
-		CGO_ENABLED=0 go build -ldflags "-s -w" -o "$BIN/coredns" .
+		CGO_ENABLED=0 go build -ldflags "-s -w" -o "$BIN/coredns.tmp" .
+		mv -f "$BIN/coredns.tmp" "$BIN/coredns"
 	)
+	rm -f "$BIN/.coredns-$COREDNS_VERSION" "$BIN/.coredns-$COREDNS_VERSION"-r*
 	touch "$stamp"
 }
 

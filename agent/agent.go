@@ -1,0 +1,374 @@
+// Package agent is the lifecycle of one pod's agent: it chooses the config
+// (agent.yaml, kubernetes-entrypoint variables, or the embedded default),
+// builds the means each duty needs (DNS, the API), runs the duties in order,
+// and reports a failure where an operator looks: the log, the termination
+// message and an Event on the pod. It is the only package that knows them all.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/entrypoint"
+	"github.com/kolla-agent/kolla-agent/discovery"
+)
+
+// Options are the agent's inputs from the command line and environment.
+type Options struct {
+	// ConfigPath is an explicit --config (or KOLLA_AGENT_CONFIG); empty lets
+	// the agent choose (see LoadPlan).
+	ConfigPath string
+	// Root prefixes every absolute path the agent reads or writes.
+	Root                   string
+	Kubeconfig             string
+	DNSServer              string
+	ClusterDomain          string
+	TerminationMessagePath string
+	// Timeout overrides the config's overall dependency timeout when > 0.
+	Timeout time.Duration
+	// Version is reported to the API server in the User-Agent.
+	Version string
+
+	Logger     *slog.Logger
+	Stderr     io.Writer // the final summary goes here
+	LookupEnv  func(string) (string, bool)
+	Registerer prometheus.Registerer
+}
+
+// DefaultTerminationMessagePath is the kubelet's default.
+const DefaultTerminationMessagePath = "/dev/termination-log"
+
+// ConfigError is bad configuration or input: exit code 1.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func configErr(format string, args ...any) error {
+	return &ConfigError{Err: fmt.Errorf(format, args...)}
+}
+
+// Plan is what the agent will do, resolved from one config source.
+type Plan struct {
+	// Source names the config the plan came from, for the log.
+	Source       string
+	Namespace    string
+	PodName      string
+	NodeName     string
+	Dependencies []discovery.Dependency
+	Timeout      time.Duration
+	// Command is exec'd once the dependencies are ready (kubernetes-entrypoint's
+	// COMMAND); nil means exit 0.
+	Command                []string
+	TerminationMessagePath string
+}
+
+// Agent runs a Plan.
+type Agent struct {
+	opts Options
+	log  *slog.Logger
+}
+
+// New checks the options and fills defaults.
+func New(o Options) *Agent {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Stderr == nil {
+		o.Stderr = io.Discard
+	}
+	if o.LookupEnv == nil {
+		o.LookupEnv = os.LookupEnv
+	}
+	return &Agent{opts: o, log: o.Logger}
+}
+
+func (a *Agent) env(name string) string {
+	v, _ := a.opts.LookupEnv(name)
+	return v
+}
+
+// path maps an absolute path of the pod's filesystem under --root.
+func (a *Agent) path(p string) string {
+	if a.opts.Root == "" || p == "" {
+		return p
+	}
+	return filepath.Join(a.opts.Root, p)
+}
+
+// LoadPlan chooses the config: an explicit --config wins; else
+// kubernetes-entrypoint's DEPENDENCY_* variables make the agent its drop-in;
+// else agent.yaml at its default path; else the embedded default.
+func (a *Agent) LoadPlan() (*Plan, error) {
+	var cfg *config.Config
+	var source string
+	switch {
+	case a.opts.ConfigPath != "":
+		c, err := config.Load(a.path(a.opts.ConfigPath))
+		if err != nil {
+			return nil, configErr("%v", err)
+		}
+		cfg, source = c, a.opts.ConfigPath
+	case entrypoint.Present(a.opts.LookupEnv):
+		return a.entrypointPlan()
+	default:
+		c, err := config.Load(a.path(config.DefaultPath))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			if c, err = config.Default(); err != nil {
+				return nil, err // the embedded default is tested; cannot happen
+			}
+			source = "embedded default"
+		case err != nil:
+			return nil, configErr("%v", err)
+		default:
+			source = config.DefaultPath
+		}
+		cfg = c
+	}
+	deps, err := cfg.Deps()
+	if err != nil {
+		return nil, configErr("%s: %v", source, err)
+	}
+	p := &Plan{
+		Source:                 source,
+		Namespace:              cfg.Namespace,
+		PodName:                a.env("POD_NAME"),
+		NodeName:               a.env("NODE_NAME"),
+		Dependencies:           deps,
+		Timeout:                cfg.Timeout(),
+		TerminationMessagePath: cfg.TerminationMessagePath,
+	}
+	if p.Namespace == "" {
+		p.Namespace = a.ownNamespace()
+	}
+	a.finish(p)
+	return p, nil
+}
+
+func (a *Agent) entrypointPlan() (*Plan, error) {
+	spec, err := entrypoint.Parse(a.opts.LookupEnv)
+	if err != nil {
+		return nil, configErr("kubernetes-entrypoint environment: %v", err)
+	}
+	p := &Plan{
+		Source:       "kubernetes-entrypoint environment",
+		Namespace:    spec.Namespace,
+		PodName:      spec.PodName,
+		NodeName:     a.env("NODE_NAME"),
+		Dependencies: spec.Dependencies,
+		Timeout:      config.DefaultTimeout,
+		Command:      spec.Command,
+	}
+	a.finish(p)
+	return p, nil
+}
+
+// WaitPlan is the plan of `kolla-agent wait DEP...`.
+func (a *Agent) WaitPlan(args []string) (*Plan, error) {
+	if len(args) == 0 {
+		return nil, configErr("wait: no dependencies given")
+	}
+	p := &Plan{Source: "command line", PodName: a.env("POD_NAME"), NodeName: a.env("NODE_NAME"), Timeout: config.DefaultTimeout}
+	for i, arg := range args {
+		d, err := discovery.Parse(arg)
+		if err != nil {
+			return nil, configErr("argument %d: %v", i+1, err)
+		}
+		p.Dependencies = append(p.Dependencies, d)
+	}
+	p.Namespace = a.ownNamespace()
+	a.finish(p)
+	return p, nil
+}
+
+func (a *Agent) finish(p *Plan) {
+	if a.opts.Timeout > 0 {
+		p.Timeout = a.opts.Timeout
+	}
+	if a.opts.TerminationMessagePath != "" {
+		p.TerminationMessagePath = a.opts.TerminationMessagePath
+	}
+	if p.TerminationMessagePath == "" {
+		p.TerminationMessagePath = DefaultTerminationMessagePath
+	}
+}
+
+// ownNamespace: NAMESPACE or POD_NAMESPACE (downward API), else the service
+// account's namespace file, else "default".
+func (a *Agent) ownNamespace() string {
+	for _, v := range []string{"NAMESPACE", "POD_NAMESPACE"} {
+		if ns := a.env(v); ns != "" {
+			return ns
+		}
+	}
+	if b, err := os.ReadFile(a.path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")); err == nil {
+		if ns := strings.TrimSpace(string(b)); ns != "" {
+			return ns
+		}
+	}
+	return "default"
+}
+
+// restConfig: --kubeconfig or KUBECONFIG outside a cluster, the service
+// account inside one; nil (and no error) when there is neither.
+func (a *Agent) restConfig() (*rest.Config, error) {
+	path := a.opts.Kubeconfig
+	if path == "" {
+		path = a.env("KUBECONFIG")
+	}
+	var cfg *rest.Config
+	var err error
+	switch {
+	case path != "":
+		if cfg, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+			return nil, configErr("kubeconfig %s: %v", path, err)
+		}
+	case a.env("KUBERNETES_SERVICE_HOST") != "":
+		if cfg, err = rest.InClusterConfig(); err != nil {
+			return nil, configErr("in-cluster config: %v", err)
+		}
+	default:
+		return nil, nil
+	}
+	cfg.UserAgent = "kolla-agent/" + a.opts.Version
+	return cfg, nil
+}
+
+// resolver builds the DNS resolver: resolv.conf as the pod sees it, with the
+// --dns-server and --cluster-domain overrides.
+func (a *Agent) resolver(ns string) (*discovery.Resolver, error) {
+	server := a.opts.DNSServer
+	if server == "" {
+		server = a.env("KOLLA_AGENT_DNS_SERVER")
+	}
+	domain := a.opts.ClusterDomain
+	if domain == "" {
+		domain = a.env("CLUSTER_DOMAIN")
+	}
+	cfg, err := discovery.LoadResolvConf(a.path("/etc/resolv.conf"))
+	if err != nil && server == "" {
+		return nil, configErr("DNS: %v (or give --dns-server)", err)
+	}
+	if server != "" {
+		cfg.Servers = []string{server}
+	}
+	if domain != "" {
+		cfg.ClusterDomain = domain
+	}
+	if cfg.ClusterDomain == "" {
+		cfg.ClusterDomain = "cluster.local"
+	}
+	cfg.Namespace = ns
+	r, err := discovery.NewResolver(cfg)
+	if err != nil {
+		return nil, configErr("DNS: %v", err)
+	}
+	return r, nil
+}
+
+// Wait waits for the plan's dependencies. On failure it writes the reason to
+// the termination message path and posts it as an Event on the pod, and it
+// always prints the final state of every dependency.
+func (a *Agent) Wait(ctx context.Context, p *Plan) error {
+	a.log.Info("waiting for dependencies", "config", p.Source, "count", len(p.Dependencies), "timeout", p.Timeout.String(), "namespace", p.Namespace)
+	if len(p.Dependencies) == 0 {
+		return nil
+	}
+	cfg := discovery.Config{
+		Dependencies: p.Dependencies,
+		Timeout:      p.Timeout,
+		Namespace:    p.Namespace,
+		PodName:      p.PodName,
+		NodeName:     p.NodeName,
+		Logger:       a.log,
+		Registerer:   a.opts.Registerer,
+	}
+	var needDNS, needAPI bool
+	for _, d := range p.Dependencies {
+		needDNS = needDNS || d.Kind == discovery.KindDNS
+		needAPI = needAPI || d.Kind.NeedsAPI()
+	}
+	if needDNS {
+		r, err := a.resolver(p.Namespace)
+		if err != nil {
+			return err
+		}
+		cfg.DNS = r
+	}
+	rc, err := a.restConfig()
+	if err != nil {
+		return err
+	}
+	if rc != nil {
+		if cfg.Kube, err = discovery.NewKube(rc); err != nil {
+			return configErr("kubernetes client: %v", err)
+		}
+	} else if needAPI {
+		return configErr("dependencies need the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG")
+	}
+	w, err := discovery.New(cfg)
+	if err != nil {
+		return &ConfigError{Err: err}
+	}
+	start := time.Now()
+	err = w.Run(ctx)
+	a.summary(w.Results())
+	if err == nil {
+		a.log.Info("all dependencies ready", "took", time.Since(start).Round(time.Millisecond).String())
+		return nil
+	}
+	a.reportFailure(p, cfg.Kube, "DependencyWaitFailed", err)
+	return err
+}
+
+// summary prints the final state of every dependency, one line each.
+func (a *Agent) summary(rs []discovery.Result) {
+	tw := tabwriter.NewWriter(a.opts.Stderr, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEPENDENCY\tSTATE\tWAITED\tDETAIL")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Dependency, r.State, r.Waited.Round(time.Millisecond), r.Detail)
+	}
+	tw.Flush()
+}
+
+// reportFailure tells the operator why the pod stops, where `kubectl
+// describe pod` shows it: the termination message and an Event.
+func (a *Agent) reportFailure(p *Plan, kube *discovery.Kube, reason string, err error) {
+	msg := err.Error()
+	if path := a.path(p.TerminationMessagePath); path != "" {
+		// The kubelet reads at most 4096 bytes of it.
+		if werr := os.WriteFile(path, []byte(truncate(msg, 4096)), 0o644); werr != nil {
+			a.log.Debug("termination message not written", "path", path, "error", werr.Error())
+		}
+	}
+	if kube == nil || p.PodName == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if eerr := postEvent(ctx, kube.Core, p.Namespace, p.PodName, reason, msg); eerr != nil {
+		a.log.Warn("could not post the failure as an Event on the pod", "pod", p.Namespace+"/"+p.PodName, "error", eerr.Error())
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

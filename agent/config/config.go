@@ -1,0 +1,184 @@
+// Package config is the schema of agent.yaml and its loading. Every error
+// names the file and the field (dependencies.wait[2].timeout), and a config
+// that loads is valid: later stages never meet a bad value.
+package config
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kolla-agent/kolla-agent/discovery"
+)
+
+// DefaultPath is where the agent looks for its config in a container.
+const DefaultPath = "/etc/kolla-agent/agent.yaml"
+
+// DefaultTimeout bounds a dependency wait when the config does not.
+const DefaultTimeout = 10 * time.Minute
+
+// Config is agent.yaml. Later duties add their own sections.
+type Config struct {
+	// Namespace overrides the agent's own namespace (else NAMESPACE,
+	// POD_NAMESPACE, or the service account's).
+	Namespace string `json:"namespace,omitempty"`
+	// Dependencies to wait for before anything else.
+	Dependencies Dependencies `json:"dependencies,omitempty"`
+	// TerminationMessagePath receives the reason the agent stopped the pod.
+	TerminationMessagePath string `json:"terminationMessagePath,omitempty"`
+}
+
+// Dependencies is the dependencies: section.
+type Dependencies struct {
+	// Timeout bounds the whole wait, in Go syntax ("90s", "5m"); default 10m.
+	Timeout string `json:"timeout,omitempty"`
+	// Wait lists the dependencies, each a string in the wait syntax or an
+	// object {wait, timeout, expectStatus}.
+	Wait []Dependency `json:"wait,omitempty"`
+}
+
+// Dependency is one entry of dependencies.wait.
+type Dependency struct {
+	// Wait is the dependency in the wait syntax (service:mariadb, ...).
+	Wait string `json:"wait"`
+	// Timeout bounds this dependency alone, in Go syntax.
+	Timeout string `json:"timeout,omitempty"`
+	// ExpectStatus: HTTP codes that count as up (default: any 2xx or 3xx).
+	ExpectStatus []int `json:"expectStatus,omitempty"`
+
+	// decodeErr is kept for validation, which knows the entry's index:
+	// encoding/json drops the field path of errors from UnmarshalJSON.
+	decodeErr error
+}
+
+// UnmarshalJSON accepts the short form (a string) and the long one.
+func (d *Dependency) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		return json.Unmarshal(b, &d.Wait)
+	}
+	type plain Dependency
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p plain
+	if err := dec.Decode(&p); err != nil {
+		d.decodeErr = err
+		return nil
+	}
+	*d = Dependency(p)
+	return nil
+}
+
+//go:embed default.yaml
+var defaultYAML []byte
+
+// Default is the embedded config used when there is no file: nothing to wait
+// for, so the agent runs anywhere without a cluster.
+func Default() (*Config, error) { return Parse("(embedded default)", defaultYAML) }
+
+// Load reads and validates the config at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, b)
+}
+
+// Parse decodes and validates a config; name is used in errors.
+func Parse(name string, b []byte) (*Config, error) {
+	var c Config
+	if err := yaml.UnmarshalStrict(b, &c); err != nil {
+		return nil, fmt.Errorf("%s: %s", name, cleanYAMLError(err))
+	}
+	if _, err := parseDuration("dependencies.timeout", c.Dependencies.Timeout); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if _, err := c.Deps(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &c, nil
+}
+
+// Deps returns the dependencies in the form discovery takes; the error names
+// the entry.
+func (c *Config) Deps() ([]discovery.Dependency, error) {
+	deps := make([]discovery.Dependency, 0, len(c.Dependencies.Wait))
+	for i, e := range c.Dependencies.Wait {
+		field := fmt.Sprintf("dependencies.wait[%d]", i)
+		if e.decodeErr != nil {
+			return nil, fmt.Errorf("%s: %s", field, cleanYAMLError(e.decodeErr))
+		}
+		if e.Wait == "" {
+			return nil, fmt.Errorf("%s.wait: empty", field)
+		}
+		d, err := discovery.Parse(e.Wait)
+		if err != nil {
+			return nil, fmt.Errorf("%s.wait: %v", field, err)
+		}
+		if len(e.ExpectStatus) > 0 && d.Kind != discovery.KindHTTP {
+			return nil, fmt.Errorf("%s.expectStatus: only for http(s) dependencies, not %s", field, d.Kind)
+		}
+		for j, code := range e.ExpectStatus {
+			if code < 100 || code > 599 {
+				return nil, fmt.Errorf("%s.expectStatus[%d]: %d is not an HTTP status code", field, j, code)
+			}
+		}
+		if d.Timeout, err = parseDuration(field+".timeout", e.Timeout); err != nil {
+			return nil, err
+		}
+		d.ExpectStatus = e.ExpectStatus
+		deps = append(deps, d)
+	}
+	return deps, nil
+}
+
+// Timeout is the overall dependency timeout, defaulted.
+func (c *Config) Timeout() time.Duration {
+	d, err := parseDuration("", c.Dependencies.Timeout)
+	if err != nil || d == 0 {
+		return DefaultTimeout
+	}
+	return d
+}
+
+// parseDuration reads an optional duration in Go syntax; "" is 0.
+func parseDuration(field, s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a duration (want e.g. \"90s\" or \"5m\")", field, s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%s: negative duration %q", field, s)
+	}
+	return d, nil
+}
+
+// cleanYAMLError drops the layers sigs.k8s.io/yaml wraps around a decoding
+// error ("error unmarshaling JSON: while decoding JSON: json: ..."), which say
+// nothing to an operator, and names the field the way the file spells it.
+func cleanYAMLError(err error) string {
+	s := err.Error()
+	for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+		s = strings.ReplaceAll(s, p, "")
+	}
+	if i := strings.Index(s, "Go struct field "); i >= 0 {
+		// "cannot unmarshal number into Go struct field Dependency.dependencies.wait.timeout of type string"
+		rest := s[i+len("Go struct field "):]
+		field, tail, _ := strings.Cut(rest, " of type ")
+		if j := strings.Index(field, "."); j >= 0 {
+			field = field[j+1:]
+		}
+		s = s[:i] + "field " + field + " (want " + tail + ")"
+	}
+	return s
+}

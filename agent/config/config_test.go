@@ -1,0 +1,131 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kolla-agent/kolla-agent/discovery"
+)
+
+func TestParseValid(t *testing.T) {
+	y := `
+namespace: openstack
+terminationMessagePath: /tmp/term
+dependencies:
+  timeout: 5m
+  wait:
+    - service:mariadb
+    - job:keystone-db-sync
+    - wait: http://keystone-api:5000/v3
+      timeout: 90s
+      expectStatus: [200, 300]
+    - {wait: "dns:memcached"}
+`
+	c, err := Parse("agent.yaml", []byte(y))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Namespace != "openstack" || c.TerminationMessagePath != "/tmp/term" {
+		t.Errorf("top-level fields: %+v", c)
+	}
+	if got := c.Timeout(); got != 5*time.Minute {
+		t.Errorf("Timeout() = %v", got)
+	}
+	deps, err := c.Deps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"service:mariadb", "job:keystone-db-sync", "http://keystone-api:5000/v3", "dns:memcached"}
+	if len(deps) != len(want) {
+		t.Fatalf("got %d deps, want %d", len(deps), len(want))
+	}
+	for i, d := range deps {
+		if d.String() != want[i] {
+			t.Errorf("dep %d = %s, want %s", i, d, want[i])
+		}
+	}
+	if deps[2].Timeout != 90*time.Second || len(deps[2].ExpectStatus) != 2 || deps[2].ExpectStatus[1] != 300 {
+		t.Errorf("long form lost fields: %+v", deps[2])
+	}
+	if deps[0].Kind != discovery.KindService {
+		t.Errorf("kind %s", deps[0].Kind)
+	}
+}
+
+func TestDefault(t *testing.T) {
+	c, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deps, _ := c.Deps(); len(deps) != 0 {
+		t.Errorf("embedded default waits for %v", deps)
+	}
+	if c.Timeout() != DefaultTimeout {
+		t.Errorf("default timeout %v", c.Timeout())
+	}
+}
+
+// Every bad input is an error that names the file and the field.
+func TestParseBad(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"yaml syntax", "dependencies:\n  wait: [\n", "agent.yaml: "},
+		{"unknown top-level field", "dependencie:\n  wait: []\n", `unknown field "dependencie"`},
+		{"unknown section field", "dependencies:\n  waits: []\n", `unknown field "waits"`},
+		{"bad overall timeout", "dependencies:\n  timeout: soon\n", `dependencies.timeout: "soon" is not a duration`},
+		{"negative timeout", "dependencies:\n  timeout: -1s\n", "dependencies.timeout: negative duration"},
+		{"bad dependency", "dependencies:\n  wait: [\"service:\"]\n", "dependencies.wait[0].wait: dependency \"service:\""},
+		{"unknown kind", "dependencies:\n  wait: [ok, \"foo:bar\"]\n", "dependencies.wait[0].wait"},
+		{"bad entry timeout", "dependencies:\n  wait:\n    - service:a\n    - {wait: \"tcp:db:3306\", timeout: soon}\n", `dependencies.wait[1].timeout: "soon" is not a duration`},
+		{"unknown entry field", "dependencies:\n  wait:\n    - {wait: \"tcp:db:3306\", timeot: 1s}\n", `dependencies.wait[0]: unknown field "timeot"`},
+		{"entry field of the wrong type", "dependencies:\n  wait:\n    - {wait: \"http://a/\", expectStatus: \"200\"}\n", "dependencies.wait[0]: cannot unmarshal"},
+		{"empty entry", "dependencies:\n  wait:\n    - {timeout: 1s}\n", "dependencies.wait[0].wait: empty"},
+		{"expectStatus on tcp", "dependencies:\n  wait:\n    - {wait: \"tcp:db:3306\", expectStatus: [200]}\n", "dependencies.wait[0].expectStatus: only for http"},
+		{"bad status code", "dependencies:\n  wait:\n    - {wait: \"http://a/\", expectStatus: [200, 999]}\n", "dependencies.wait[0].expectStatus[1]: 999"},
+		{"wait not a list", "dependencies:\n  wait: service:a\n", "agent.yaml: "},
+		{"namespace of wrong type", "namespace: [a]\n", "agent.yaml: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("agent.yaml", []byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("no error for %q", tc.yaml)
+			}
+			if !strings.HasPrefix(err.Error(), "agent.yaml: ") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q\nwant it to start with the file name and contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadMissing(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	if !os.IsNotExist(err) {
+		t.Errorf("Load of a missing file: %v, want a not-exist error", err)
+	}
+}
+
+// FuzzParse: no input panics, and a config that loads is valid throughout.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"dependencies:\n  wait:\n    - service:mariadb\n    - {wait: \"http://a:1/\", timeout: 1s, expectStatus: [200]}\n",
+		"namespace: x\ndependencies: {timeout: 5m}\n",
+		"dependencies:\n  wait: [\"job:ns/a=b,c=d\", \"pod:app=x@samenode\"]\n",
+		"{}", "", "- a", "dependencies: {wait: [{}]}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := Parse("f.yaml", b)
+		if err != nil {
+			return
+		}
+		if _, err := c.Deps(); err != nil {
+			t.Fatalf("Parse accepted a config whose Deps fail: %v", err)
+		}
+		if c.Timeout() <= 0 {
+			t.Fatalf("non-positive timeout %v", c.Timeout())
+		}
+	})
+}

@@ -1,0 +1,228 @@
+// Command kolla-agent makes an OpenStack pod on Kubernetes configure itself.
+// This file only parses flags and the environment and maps outcomes to exit
+// codes; the work is in package agent.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"github.com/kolla-agent/kolla-agent/agent"
+	"github.com/kolla-agent/kolla-agent/agent/entrypoint"
+	"github.com/kolla-agent/kolla-agent/discovery"
+)
+
+// version is stamped by the linker (-X main.version=...).
+var version = "dev"
+
+// Exit codes (DESIGN.md): 0 ok, 1 bad configuration or input, 2 a dependency
+// wait timed out or failed.
+const (
+	exitOK     = 0
+	exitConfig = 1
+	exitWait   = 2
+)
+
+const usage = `kolla-agent: makes an OpenStack pod on Kubernetes configure itself.
+
+Usage:
+  kolla-agent [global flags] COMMAND [flags] [args]
+
+Commands:
+  init                 wait for the dependencies in agent.yaml (or the
+                       kubernetes-entrypoint DEPENDENCY_* variables), then exit
+  wait [--timeout D] DEP...
+                       wait for the given dependencies, then exit
+  version              print the version
+
+With no command and kubernetes-entrypoint variables (DEPENDENCY_*, COMMAND) set,
+kolla-agent behaves as kubernetes-entrypoint: it waits, then execs COMMAND.
+
+Dependencies (wait syntax, also used in agent.yaml):
+  dns:NAME  tcp:HOST:PORT  http(s)://URL  file:PATH  socket:PATH
+  service:[NS/]NAME  job:[NS/]NAME  job:[NS/]k=v,...  daemonset:[NS/]NAME
+  pod:[NS/]k=v,...[@samenode]  container:NAME
+  resource:GROUP/VERSION/KIND/[NS/]NAME[?field.path=value][&condition=Type[=Status]]
+
+Exit codes: 0 ok; 1 bad configuration or input; 2 a dependency wait timed out
+or failed.
+
+Global flags (also accepted after the command):
+`
+
+type globals struct {
+	config, root, kubeconfig, dnsServer, clusterDomain, terminationLog string
+	logFormat, logLevel                                                string
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.config, "config", g.config, "agent config `PATH` (env KOLLA_AGENT_CONFIG; default /etc/kolla-agent/agent.yaml)")
+	fs.StringVar(&g.root, "root", g.root, "take every absolute path the agent reads or writes under `DIR` (tests, dry runs)")
+	fs.StringVar(&g.kubeconfig, "kubeconfig", g.kubeconfig, "kubeconfig `PATH` outside a cluster (env KUBECONFIG)")
+	fs.StringVar(&g.dnsServer, "dns-server", g.dnsServer, "DNS server `HOST:PORT` instead of resolv.conf's (env KOLLA_AGENT_DNS_SERVER)")
+	fs.StringVar(&g.clusterDomain, "cluster-domain", g.clusterDomain, "cluster `DOMAIN` instead of the one resolv.conf implies (env CLUSTER_DOMAIN)")
+	fs.StringVar(&g.terminationLog, "termination-log", g.terminationLog, "where to write why the pod stopped (`PATH`; default /dev/termination-log)")
+	fs.StringVar(&g.logFormat, "log-format", g.logFormat, "log format: text or json")
+	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "log level: debug, info, warn or error")
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	g := globals{config: os.Getenv("KOLLA_AGENT_CONFIG"), logFormat: "text", logLevel: "info"}
+	root := flag.NewFlagSet("kolla-agent", flag.ContinueOnError)
+	root.SetOutput(stderr)
+	g.register(root)
+	root.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		root.PrintDefaults()
+	}
+	if err := root.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	args = root.Args()
+	cmd := ""
+	if len(args) > 0 {
+		cmd, args = args[0], args[1:]
+	}
+
+	var timeout time.Duration
+	fs := flag.NewFlagSet("kolla-agent "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	g.register(fs)
+	switch cmd {
+	case "version":
+		fmt.Fprintln(stdout, "kolla-agent", version)
+		return exitOK
+	case "wait":
+		fs.DurationVar(&timeout, "timeout", 0, "overall timeout in Go syntax (default 10m)")
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent wait [--timeout DURATION] DEP...\n\nWaits until every dependency is ready; exit 0, or 2 on timeout or failure.\n\n")
+			fs.PrintDefaults()
+		}
+	case "init":
+		fs.DurationVar(&timeout, "timeout", 0, "overall timeout, overriding the config's")
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent init [flags]\n\nWaits for the dependencies in the config, then exits (or execs kubernetes-entrypoint's COMMAND).\n\n")
+			fs.PrintDefaults()
+		}
+	case "":
+		if g.config != "" || !entrypoint.Present(os.LookupEnv) {
+			root.Usage()
+			return exitConfig
+		}
+		cmd = "init" // kubernetes-entrypoint drop-in
+	case "help":
+		root.Usage()
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "kolla-agent: unknown command %q (try --help)\n", cmd)
+		return exitConfig
+	}
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+
+	logger, err := newLogger(stderr, g.logFormat, g.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "kolla-agent: %v\n", err)
+		return exitConfig
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	a := agent.New(agent.Options{
+		ConfigPath:             g.config,
+		Root:                   g.root,
+		Kubeconfig:             g.kubeconfig,
+		DNSServer:              g.dnsServer,
+		ClusterDomain:          g.clusterDomain,
+		TerminationMessagePath: g.terminationLog,
+		Timeout:                timeout,
+		Version:                version,
+		Logger:                 logger,
+		Stderr:                 stderr,
+	})
+	var plan *agent.Plan
+	if cmd == "wait" {
+		plan, err = a.WaitPlan(fs.Args())
+	} else {
+		if fs.NArg() > 0 {
+			fmt.Fprintf(stderr, "kolla-agent init: unexpected arguments %q\n", fs.Args())
+			return exitConfig
+		}
+		plan, err = a.LoadPlan()
+	}
+	if err == nil {
+		err = a.Wait(ctx, plan)
+	}
+	if err == nil && len(plan.Command) > 0 {
+		err = agent.Exec(plan.Command)
+	}
+	return exitCode(logger, err)
+}
+
+func exitCode(log *slog.Logger, err error) int {
+	var cerr *agent.ConfigError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &cerr):
+		log.Error("bad configuration", "error", err.Error())
+		return exitConfig
+	case errors.Is(err, discovery.ErrFailed), errors.Is(err, discovery.ErrTimeout):
+		log.Error("dependency wait failed", "error", err.Error())
+		return exitWait
+	default:
+		log.Error("failed", "error", err.Error())
+		return exitWait
+	}
+}
+
+func flagExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitConfig
+}
+
+// newLogger builds the process logger and routes client-go's klog into it:
+// at debug level the reflector's retries show; otherwise the agent reports
+// API trouble itself, once per change, and klog's per-retry lines are noise.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
+	switch format {
+	case "text":
+		h = slog.NewTextHandler(w, opts)
+	case "json":
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	}
+	logger := slog.New(h)
+	if lv <= slog.LevelDebug {
+		klog.SetSlogLogger(logger.With("component", "client-go"))
+	} else {
+		klog.SetLogger(logr.Discard())
+	}
+	return logger, nil
+}

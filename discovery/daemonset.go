@@ -1,0 +1,61 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+)
+
+// waitDaemonSet: the DaemonSet's pod on the agent's node is Ready. First the
+// DaemonSet must exist (its selector and UID say which pods are its own); then
+// its pods on this node are watched.
+func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Observation)) error {
+	ns := w.namespace(d)
+	var ds *appsv1.DaemonSet
+	lw := newListWatch(w.cfg.Kube.Apps.DaemonSets(ns), byName(d.Name), apiTrouble(report))
+	err := w.watchUntil(ctx, d, notFinal(report), lw, &appsv1.DaemonSet{}, func(objs []any) Observation {
+		for _, o := range objs {
+			if x, ok := o.(*appsv1.DaemonSet); ok {
+				ds = x
+				return ready("exists")
+			}
+		}
+		return waiting("daemonset %s/%s does not exist", ns, d.Name)
+	})
+	if err != nil {
+		return err
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		return fmt.Errorf("%w: %s: daemonset selector: %v", ErrFailed, d, err)
+	}
+	node, err := w.nodeName(ctx, report)
+	if err != nil {
+		return err
+	}
+	lw = newListWatch(w.cfg.Kube.Core.Pods(ns),
+		selector{label: sel.String(), field: fields.OneTermEqualSelector("spec.nodeName", node).String()},
+		apiTrouble(report))
+	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
+		return daemonPodObservation(ds, podsOf(objs), node)
+	})
+}
+
+func daemonPodObservation(ds *appsv1.DaemonSet, pods []*corev1.Pod, node string) Observation {
+	var own []*corev1.Pod
+	for _, p := range pods {
+		if metav1.IsControlledBy(p, ds) {
+			own = append(own, p)
+		}
+	}
+	if len(own) == 0 {
+		// kubernetes-entrypoint's rule: a DaemonSet with no pod on this node
+		// does not hold the pod back (the node may be excluded by a selector).
+		return ready("no pod of daemonset %s/%s on node %s: counted as satisfied, as kubernetes-entrypoint does", ds.Namespace, ds.Name, node)
+	}
+	return podsObservation(own, " on node "+node)
+}

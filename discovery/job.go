@@ -1,0 +1,72 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// waitJobs: the named Job, or every Job with the labels, has the Complete
+// condition. A Job that failed ends the wait at once with its reason: it will
+// not complete by waiting (kubernetes-entrypoint waits on it forever).
+func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observation)) error {
+	ns := w.namespace(d)
+	sel := byName(d.Name)
+	what := "job " + ns + "/" + d.Name
+	if d.Labels != nil {
+		sel = selector{label: labels.SelectorFromSet(d.Labels).String()}
+		what = "jobs " + ns + "/" + sel.label
+	}
+	lw := newListWatch(w.cfg.Kube.Batch.Jobs(ns), sel, apiTrouble(report))
+	return w.watchUntil(ctx, d, report, lw, &batchv1.Job{}, func(objs []any) Observation {
+		return jobsObservation(objs, what)
+	})
+}
+
+func jobsObservation(objs []any, what string) Observation {
+	jobs := make([]*batchv1.Job, 0, len(objs))
+	for _, o := range objs {
+		if j, ok := o.(*batchv1.Job); ok {
+			jobs = append(jobs, j)
+		}
+	}
+	if len(jobs) == 0 {
+		return waiting("no %s", what)
+	}
+	sort.Slice(jobs, func(i, j int) bool { return jobs[i].Name < jobs[j].Name })
+	var pending []string
+	for _, j := range jobs {
+		if c := jobCondition(j, batchv1.JobFailed); c != nil {
+			return failed("job %s/%s failed: %s: %s", j.Namespace, j.Name, c.Reason, c.Message)
+		}
+		// FailureTarget is set before the Job controller has finished
+		// terminating pods; the outcome is already decided.
+		if c := jobCondition(j, batchv1.JobFailureTarget); c != nil {
+			return failed("job %s/%s is failing: %s: %s", j.Namespace, j.Name, c.Reason, c.Message)
+		}
+		if jobCondition(j, batchv1.JobComplete) == nil {
+			pending = append(pending, fmt.Sprintf("%s (active %d, succeeded %d, failed %d)", j.Name, j.Status.Active, j.Status.Succeeded, j.Status.Failed))
+		}
+	}
+	if len(pending) > 0 {
+		return waiting("%d of %d not complete: %s", len(pending), len(jobs), strings.Join(first(pending, 5), ", "))
+	}
+	if len(jobs) == 1 {
+		return ready("job %s complete", jobs[0].Name)
+	}
+	return ready("%d jobs complete", len(jobs))
+}
+
+func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
+	for i, c := range j.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return &j.Status.Conditions[i]
+		}
+	}
+	return nil
+}

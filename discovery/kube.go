@@ -1,0 +1,295 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	k8sdiscovery "k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
+	batchv1client "k8s.io/client-go/kubernetes/typed/batch/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// Kube holds the API clients the checks use. Only the typed groups the agent
+// needs are linked in: the full clientset reaches every API group and costs
+// megabytes of binary.
+type Kube struct {
+	Core      corev1client.CoreV1Interface
+	Batch     batchv1client.BatchV1Interface
+	Apps      appsv1client.AppsV1Interface
+	Slices    discoveryv1client.DiscoveryV1Interface
+	Dynamic   dynamic.Interface
+	Resources k8sdiscovery.ServerResourcesInterface
+}
+
+// NewKube builds the clients from one rest.Config.
+func NewKube(cfg *rest.Config) (*Kube, error) {
+	var k Kube
+	var err error
+	if k.Core, err = corev1client.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if k.Batch, err = batchv1client.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if k.Apps, err = appsv1client.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if k.Slices, err = discoveryv1client.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if k.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if k.Resources, err = k8sdiscovery.NewDiscoveryClientForConfig(cfg); err != nil {
+		return nil, err
+	}
+	return &k, nil
+}
+
+// lister is the pair of calls a watch needs; every typed and dynamic client
+// for one namespace has it.
+type lister[L runtime.Object] interface {
+	List(context.Context, metav1.ListOptions) (L, error)
+	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+}
+
+// selector narrows a watch to the objects a dependency is about: never a
+// namespace-wide watch of a whole resource.
+type selector struct{ label, field string }
+
+func byName(name string) selector {
+	return selector{field: fields.OneTermEqualSelector("metadata.name", name).String()}
+}
+
+// newListWatch narrows c by sel and reports API errors through onErr (the
+// reflector retries them itself, with backoff; we only make them visible).
+func newListWatch[L runtime.Object](c lister[L], sel selector, onErr func(op string, err error)) *cache.ListWatch {
+	opts := func(o metav1.ListOptions) metav1.ListOptions {
+		o.LabelSelector, o.FieldSelector = sel.label, sel.field
+		return o
+	}
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			l, err := c.List(ctx, opts(o))
+			if err != nil {
+				if ctx.Err() == nil {
+					onErr("list", err)
+				}
+				return nil, err
+			}
+			return l, nil
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			wi, err := c.Watch(ctx, opts(o))
+			if err != nil && ctx.Err() == nil {
+				onErr("watch", err)
+			}
+			return wi, err
+		},
+	}
+}
+
+func apiTrouble(report func(Observation)) func(string, error) {
+	return func(op string, err error) { report(unhealthy("API %s: %v", op, err)) }
+}
+
+// watchUntil lists and watches the objects lw selects (one LIST, then one
+// WATCH resumed from the last resourceVersion and re-listed on 410 Gone, by
+// client-go's reflector) and evaluates eval over the whole current set after
+// every change: level-based, so a missed event cannot leave it stuck.
+func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Observation), lw cache.ListerWatcher, objType runtime.Object, eval func([]any) Observation) error {
+	var store cache.Store
+	decide := func() (bool, error) {
+		o := eval(store.List())
+		report(o)
+		switch o.State {
+		case Ready:
+			return true, nil
+		case Failed:
+			return false, fmt.Errorf("%w: %s: %s", ErrFailed, d, o.Detail)
+		}
+		return false, nil
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, objType,
+		func(s cache.Store) (bool, error) { store = s; return decide() },
+		func(watch.Event) (bool, error) { return decide() })
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func (w *Waiter) namespace(d Dependency) string {
+	if d.Namespace != "" {
+		return d.Namespace
+	}
+	return w.cfg.Namespace
+}
+
+// notFinal passes on an intermediate step's observations but its "ready",
+// which only means the next step can start.
+func notFinal(report func(Observation)) func(Observation) {
+	return func(o Observation) {
+		if o.State != Ready {
+			report(o)
+		}
+	}
+}
+
+// podReady: the pod's Ready condition is True and it is not being deleted.
+func podReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podsOf(objs []any) []*corev1.Pod {
+	pods := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			pods = append(pods, p)
+		}
+	}
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	return pods
+}
+
+// waitPods: some pod with the labels (on this node, if asked) is Ready.
+func (w *Waiter) waitPods(ctx context.Context, d Dependency, report func(Observation)) error {
+	ns := w.namespace(d)
+	sel := selector{label: labels.SelectorFromSet(d.Labels).String()}
+	where := ""
+	if d.SameNode {
+		node, err := w.nodeName(ctx, report)
+		if err != nil {
+			return err
+		}
+		sel.field = fields.OneTermEqualSelector("spec.nodeName", node).String()
+		where = " on node " + node
+	}
+	lw := newListWatch(w.cfg.Kube.Core.Pods(ns), sel, apiTrouble(report))
+	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
+		return podsObservation(podsOf(objs), where)
+	})
+}
+
+func podsObservation(pods []*corev1.Pod, where string) Observation {
+	if len(pods) == 0 {
+		return waiting("no pod matches%s", where)
+	}
+	var notReady []string
+	for _, p := range pods {
+		if podReady(p) {
+			return ready("pod %s is ready%s", p.Name, where)
+		}
+		notReady = append(notReady, fmt.Sprintf("%s (%s)", p.Name, p.Status.Phase))
+	}
+	return waiting("no pod ready%s: %s", where, strings.Join(first(notReady, 5), ", "))
+}
+
+// waitContainer: a named container of the agent's own pod is ready.
+func (w *Waiter) waitContainer(ctx context.Context, d Dependency, report func(Observation)) error {
+	ns := w.cfg.Namespace
+	lw := newListWatch(w.cfg.Kube.Core.Pods(ns), byName(w.cfg.PodName), apiTrouble(report))
+	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
+		pods := podsOf(objs)
+		if len(pods) == 0 {
+			return waiting("own pod %s/%s not found", ns, w.cfg.PodName)
+		}
+		return containerObservation(pods[0], d.Name)
+	})
+}
+
+func containerObservation(p *corev1.Pod, name string) Observation {
+	statuses := append(append([]corev1.ContainerStatus(nil), p.Status.ContainerStatuses...), p.Status.InitContainerStatuses...)
+	for _, s := range statuses {
+		if s.Name != name {
+			continue
+		}
+		if s.Ready {
+			return ready("container %s is ready", name)
+		}
+		state := "not started"
+		switch {
+		case s.State.Running != nil:
+			state = "running, not ready"
+		case s.State.Waiting != nil:
+			state = "waiting: " + s.State.Waiting.Reason
+		case s.State.Terminated != nil:
+			state = fmt.Sprintf("terminated: %s (exit %d)", s.State.Terminated.Reason, s.State.Terminated.ExitCode)
+		}
+		return waiting("container %s %s", name, state)
+	}
+	for _, c := range append(append([]corev1.Container(nil), p.Spec.Containers...), p.Spec.InitContainers...) {
+		if c.Name == name {
+			return waiting("container %s has no status yet", name)
+		}
+	}
+	return failed("pod %s has no container %q", p.Name, name)
+}
+
+// nodeNameCache remembers the agent's node once it is known.
+type nodeNameCache struct {
+	mu   sync.Mutex
+	name string
+}
+
+// nodeName returns the node the agent's pod runs on: from NODE_NAME when the
+// pod spec passes it, else from one GET of the pod, retried with backoff.
+func (w *Waiter) nodeName(ctx context.Context, report func(Observation)) (string, error) {
+	w.node.mu.Lock()
+	defer w.node.mu.Unlock()
+	if w.node.name != "" {
+		return w.node.name, nil
+	}
+	b := backoff()
+	for {
+		p, err := w.cfg.Kube.Core.Pods(w.cfg.Namespace).Get(ctx, w.cfg.PodName, metav1.GetOptions{})
+		switch {
+		case ctx.Err() != nil:
+			return "", ctx.Err()
+		case err != nil:
+			report(unhealthy("looking up own pod %s/%s: %v", w.cfg.Namespace, w.cfg.PodName, err))
+		case p.Spec.NodeName == "":
+			report(waiting("own pod %s/%s is not scheduled yet", w.cfg.Namespace, w.cfg.PodName))
+		default:
+			w.node.name = p.Spec.NodeName
+			return w.node.name, nil
+		}
+		t := w.clock.NewTimer(b.Step())
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		case <-t.C():
+		}
+	}
+}
+
+func first(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(s[:n:n], fmt.Sprintf("and %d more", len(s)-n))
+}
