@@ -90,4 +90,3 @@ func endpointCount(readyAddrs []string, total int) Observation {
 	sort.Strings(readyAddrs)
 	return ready("%d of %d endpoints ready: %s", len(readyAddrs), total, strings.Join(first(readyAddrs, 5), ", "))
 }
-
