@@ -44,7 +44,8 @@
 //     other than True, False or Unknown, a dependency that needs POD_NAME
 //     without it, a COMMAND with an unclosed quote or a trailing backslash,
 //     and DEPENDENCY_CONFIG (config templating is not supported).
-//     All errors are reported at once (errors.Join), one per line.
+//     All errors are reported at once (errors.Join), one per line; past 20
+//     the rest are only counted.
 //   - COMMAND is split the way a POSIX shell splits words, honouring single
 //     and double quotes and backslashes ("bash -c 'echo a b'" is three
 //     words), where kubernetes-entrypoint splits on every single space.

@@ -33,6 +33,9 @@ const (
 	envConfig = "DEPENDENCY_CONFIG"
 
 	defaultNamespace = "default"
+
+	// maxErrors bounds the problems Parse lists; the rest are counted.
+	maxErrors = 20
 )
 
 // dependencyVars are the DEPENDENCY_* variables, in the order Parse reads them.
@@ -105,6 +108,10 @@ func Parse(lookup func(string) (string, bool)) (Spec, error) {
 		p.errs = append(p.errs, err)
 	}
 
+	if len(p.errs) > maxErrors {
+		more := len(p.errs) - maxErrors
+		p.errs = append(p.errs[:maxErrors], fmt.Errorf("and %d more problems", more))
+	}
 	if len(p.errs) > 0 {
 		return Spec{}, errors.Join(p.errs...)
 	}

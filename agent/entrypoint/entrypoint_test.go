@@ -422,6 +422,17 @@ func checkSpec(t *testing.T, s Spec) {
 	}
 }
 
+func TestParseEntrypointErrorsAreCapped(t *testing.T) {
+	_, err := Parse(lookupIn(map[string]string{"DEPENDENCY_SOCKET": strings.Repeat(",", 99)}))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != maxErrors+1 || lines[maxErrors] != "and 80 more problems" {
+		t.Errorf("got %d lines ending %q, want %d ending %q", len(lines), lines[len(lines)-1], maxErrors+1, "and 80 more problems")
+	}
+}
+
 func TestPresentEntrypoint(t *testing.T) {
 	for _, tc := range []struct {
 		env  map[string]string
