@@ -7,12 +7,12 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 )
 
 // waitDaemonSet: the DaemonSet's pod on the agent's node is Ready. First the
-// DaemonSet must exist (its selector and UID say which pods are its own); then
-// its pods on this node are watched.
+// DaemonSet must exist and its controller must have processed its current
+// generation (so the pods it wants exist; its selector and UID say which pods
+// are its own); then its pods are watched, and the one for this node decides.
 func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.namespace(d)
 	var ds *appsv1.DaemonSet
@@ -20,6 +20,9 @@ func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Ob
 	err := w.watchUntil(ctx, d, notFinal(report), lw, &appsv1.DaemonSet{}, func(objs []any) Observation {
 		for _, o := range objs {
 			if x, ok := o.(*appsv1.DaemonSet); ok {
+				if x.Status.ObservedGeneration < x.Generation {
+					return waiting("daemonset %s/%s: generation %d not yet processed by its controller", ns, d.Name, x.Generation)
+				}
 				ds = x
 				return ready("exists")
 			}
@@ -37,9 +40,10 @@ func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Ob
 	if err != nil {
 		return err
 	}
-	lw = newListWatch(w.cfg.Kube.Core.Pods(ns),
-		selector{label: sel.String(), field: fields.OneTermEqualSelector("spec.nodeName", node).String()},
-		apiTrouble(report))
+	// By label, not spec.nodeName: a DaemonSet pod exists before the scheduler
+	// binds it, targeted at its node by node affinity, and a field selector on
+	// nodeName would miss it and count the node as having no pod.
+	lw = newListWatch(w.cfg.Kube.Core.Pods(ns), selector{label: sel.String()}, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
 		return daemonPodObservation(ds, podsOf(objs), node)
 	})
@@ -48,7 +52,7 @@ func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Ob
 func daemonPodObservation(ds *appsv1.DaemonSet, pods []*corev1.Pod, node string) Observation {
 	var own []*corev1.Pod
 	for _, p := range pods {
-		if metav1.IsControlledBy(p, ds) {
+		if metav1.IsControlledBy(p, ds) && targetNode(p) == node {
 			own = append(own, p)
 		}
 	}
@@ -58,4 +62,25 @@ func daemonPodObservation(ds *appsv1.DaemonSet, pods []*corev1.Pod, node string)
 		return ready("no pod of daemonset %s/%s on node %s: counted as satisfied, as kubernetes-entrypoint does", ds.Namespace, ds.Name, node)
 	}
 	return podsObservation(own, " on node "+node)
+}
+
+// targetNode is the node a DaemonSet pod is for: where it is bound, or, before
+// that, the node its required node affinity names (the DaemonSet controller
+// targets each pod with a metadata.name matchFields term).
+func targetNode(p *corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key == metav1.ObjectNameField && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
 }

@@ -119,8 +119,10 @@ func TestPodsAndDaemonSet(t *testing.T) {
 
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "ovs", Namespace: "ns", UID: "u1"}}
 	own := pod("ovs-x", false)
+	own.Spec.NodeName = "n1"
 	own.OwnerReferences = []metav1.OwnerReference{{UID: "u1", Controller: ptr.To(true), Kind: "DaemonSet", Name: "ovs"}}
 	stranger := pod("other", true) // matches the selector but is not the DaemonSet's
+	stranger.Spec.NodeName = "n1"
 	if o := daemonPodObservation(ds, []*corev1.Pod{stranger}, "n1"); o.State != Ready || !strings.Contains(o.Detail, "counted as satisfied") {
 		t.Errorf("no own pod on node: %+v", o)
 	}
@@ -130,6 +132,20 @@ func TestPodsAndDaemonSet(t *testing.T) {
 	own.Status.Conditions[0].Status = corev1.ConditionTrue
 	if o := daemonPodObservation(ds, []*corev1.Pod{own}, "n1"); o.State != Ready {
 		t.Errorf("own pod ready: %+v", o)
+	}
+	// Not yet scheduled, but targeted at n1 by the DaemonSet controller's node
+	// affinity: it is n1's pod, not "no pod on the node".
+	pending := pod("ovs-y", false)
+	pending.OwnerReferences = own.OwnerReferences
+	pending.Spec.NodeName = ""
+	pending.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}},
+	}}}
+	if o := daemonPodObservation(ds, []*corev1.Pod{pending}, "n1"); o.State != Waiting {
+		t.Errorf("unscheduled pod targeted at this node: %+v", o)
+	}
+	if o := daemonPodObservation(ds, []*corev1.Pod{pending}, "n2"); o.State != Ready {
+		t.Errorf("pod targeted at another node: %+v", o)
 	}
 }
 

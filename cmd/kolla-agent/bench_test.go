@@ -1,0 +1,266 @@
+package main
+
+// Benchmarks for a keystone-api-shaped pod (2 services + 3 jobs) against the
+// local control plane. Each reports the agent's figure and a baseline measured
+// in the same run; `make bench` runs them. They assert nothing about time.
+//
+// The baseline for API cost and latency is a poller that does what
+// kubernetes-entrypoint does: every 2 s, one GET per dependency (Endpoints
+// for a service, the Job for a job) until all are resolved.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+var keystoneJobs = []string{"keystone-db-sync", "keystone-fernet-setup", "keystone-credential-setup"}
+
+func keystoneArgs() []string {
+	args := []string{"service:mariadb", "service:memcached"}
+	for _, j := range keystoneJobs {
+		args = append(args, "job:"+j)
+	}
+	return args
+}
+
+// keystoneShape creates the 2 services (each with a ready pod unless
+// servicesReady is false) and the 3 jobs (running) in a new namespace.
+func keystoneShape(t testing.TB, servicesReady bool) string {
+	ns := namespace(t)
+	for i, svc := range []string{"mariadb", "memcached"} {
+		mkService(t, ns, svc, false, map[string]string{"app": svc})
+		mkPod(t, ns, svc+"-0", map[string]string{"app": svc})
+		setReady(t, ns, svc+"-0", fmt.Sprintf("10.20.0.%d", i+1), servicesReady)
+	}
+	for _, j := range keystoneJobs {
+		mkJob(t, ns, j, nil)
+	}
+	return ns
+}
+
+// entrypointPoller is the baseline: kubernetes-entrypoint's loop.
+func entrypointPoller(ctx context.Context, c kubernetes.Interface, ns string) {
+	for {
+		resolved := 0
+		for _, svc := range []string{"mariadb", "memcached"} {
+			if ep, err := c.CoreV1().Endpoints(ns).Get(ctx, svc, metav1.GetOptions{}); err == nil {
+				for _, s := range ep.Subsets {
+					if len(s.Addresses) > 0 {
+						resolved++
+						break
+					}
+				}
+			}
+		}
+		for _, j := range keystoneJobs {
+			if job, err := c.BatchV1().Jobs(ns).Get(ctx, j, metav1.GetOptions{}); err == nil && job.Status.Succeeded > 0 {
+				resolved++
+			}
+		}
+		if resolved == 5 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func pollerClient(b *testing.B, ns string) kubernetes.Interface {
+	// kubernetes-entrypoint GETs what it checks: its Role needs get.
+	get := rbacv1.PolicyRule{APIGroups: []string{"", "batch"}, Resources: []string{"endpoints", "jobs"}, Verbs: []string{"get"}}
+	kc, err := s.env.AgentKubeconfig(context.Background(), ns, get)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return kubernetes.NewForConfigOrDie(cfg)
+}
+
+func benchWindow() time.Duration {
+	if v := os.Getenv("BENCH_WAIT"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return 60 * time.Second
+}
+
+// API requests per minute while waiting, from the audit log, agent and
+// baseline side by side in the same window.
+func BenchmarkAPIRequestsWhileWaiting(b *testing.B) {
+	window := benchWindow()
+	for range b.N {
+		agentNS := keystoneShape(b, false)
+		pollNS := keystoneShape(b, false)
+		ctx, cancel := context.WithCancel(context.Background())
+		pc := pollerClient(b, pollNS)
+		start := time.Now()
+		go entrypointPoller(ctx, pc, pollNS)
+		a := startAgent(b, agentEnv(b, agentNS), append([]string{"wait", "--timeout", "10m"}, keystoneArgs()...)...)
+		a.waitLog("keystone-credential-setup (active")
+		time.Sleep(window)
+		cancel()
+		end := time.Now()
+		count := func(ns string) float64 {
+			reqs, err := s.env.Requests("system:serviceaccount:"+ns+":kolla-agent", start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for _, r := range reqs {
+				if !r.Time.After(end) {
+					n++
+				}
+			}
+			return float64(n) / end.Sub(start).Minutes()
+		}
+		b.ReportMetric(count(agentNS), "agent-req/min")
+		b.ReportMetric(count(pollNS), "poller-req/min")
+	}
+}
+
+// From the Job controller's write of Complete (seen by the benchmark's own
+// watch) to the agent's exit; and to the baseline poller's return.
+func BenchmarkReadyToExitLatency(b *testing.B) {
+	samples := benchSamples()
+	var agentLat, pollLat []time.Duration
+	for range b.N {
+		for range samples {
+			ns := keystoneShape(b, true)
+			for _, j := range keystoneJobs[:2] {
+				if _, err := s.env.Kubelet().CompleteJobPod(context.Background(), ns, j); err != nil {
+					b.Fatal(err)
+				}
+			}
+			a := startAgent(b, agentEnv(b, ns), append([]string{"wait", "--timeout", "5m"}, keystoneArgs()...)...)
+			a.waitLog("keystone-credential-setup (active")
+			pollDone := make(chan time.Time, 1)
+			pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			go func() { entrypointPoller(pctx, pollerClient(b, ns), ns); pollDone <- time.Now() }()
+			complete := jobCompleteAt(b, ns, keystoneJobs[2])
+			if _, err := s.env.Kubelet().CompleteJobPod(context.Background(), ns, keystoneJobs[2]); err != nil {
+				b.Fatal(err)
+			}
+			t0 := <-complete
+			if code := a.exit(time.Minute); code != 0 {
+				b.Fatalf("agent exit %d:\n%s", code, a.out.String())
+			}
+			agentLat = append(agentLat, a.exited.Sub(t0))
+			pollLat = append(pollLat, (<-pollDone).Sub(t0))
+			cancel()
+		}
+	}
+	b.ReportMetric(ms(median(agentLat)), "agent-ms/median")
+	b.ReportMetric(ms(median(pollLat)), "poller-ms/median")
+	b.ReportMetric(ms(maxOf(agentLat)), "agent-ms/max")
+}
+
+// jobCompleteAt watches the Job and sends the time its Complete condition is
+// first seen.
+func jobCompleteAt(b *testing.B, ns, name string) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	w, err := client().BatchV1().Jobs(ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() {
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Error {
+				continue
+			}
+			if j, ok := ev.Object.(*batchv1.Job); ok {
+				for _, c := range j.Status.Conditions {
+					if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+						ch <- time.Now()
+						return
+					}
+				}
+			}
+		}
+	}()
+	return ch
+}
+
+// Whole-process time when every dependency is already satisfied, against the
+// cost of starting any process (/bin/true) in the same run.
+func BenchmarkStartAllSatisfied(b *testing.B) {
+	samples := 3 * benchSamples()
+	ns := keystoneShape(b, true)
+	for _, j := range keystoneJobs {
+		if _, err := s.env.Kubelet().CompleteJobPod(context.Background(), ns, j); err != nil {
+			b.Fatal(err)
+		}
+	}
+	env := agentEnv(b, ns)
+	args := append([]string{"wait", "--timeout", "1m"}, keystoneArgs()...)
+	// Wait until the Job controller has written Complete on all three.
+	eventually(b, "jobs complete", func() bool {
+		return exec.Command(s.bin, args...).Run() == nil
+	})
+	cmd := func(env []string, name string, args ...string) time.Duration {
+		c := exec.Command(name, args...)
+		c.Env = env
+		t0 := time.Now()
+		if err := c.Run(); err != nil {
+			b.Fatalf("%s: %v", name, err)
+		}
+		return time.Since(t0)
+	}
+	var agentT, trueT []time.Duration
+	for range b.N {
+		for range samples {
+			agentT = append(agentT, cmd(env, s.bin, args...))
+			trueT = append(trueT, cmd(env, "/bin/true"))
+		}
+	}
+	b.ReportMetric(ms(median(agentT)), "agent-ms/median")
+	b.ReportMetric(ms(median(trueT)), "bin-true-ms/median")
+}
+
+func benchSamples() int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_SAMPLES")); err == nil && n > 0 {
+		return n
+	}
+	return 7
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func maxOf(d []time.Duration) time.Duration {
+	var m time.Duration
+	for _, x := range d {
+		m = max(m, x)
+	}
+	return m
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

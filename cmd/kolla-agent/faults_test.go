@@ -1,0 +1,176 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The API server is killed and restarted while the agent waits: the agent
+// reports it, resumes its watches, and finishes when the Job completes.
+func TestAPIServerRestart(t *testing.T) {
+	ns := namespace(t)
+	mkJob(t, ns, "nova-db-sync", nil)
+	mkService(t, ns, "nova-api", false, map[string]string{"app": "nova-api"})
+	mkPod(t, ns, "nova-api-0", map[string]string{"app": "nova-api"})
+	setReady(t, ns, "nova-api-0", "10.10.4.1", true)
+
+	a := startAgent(t, agentEnv(t, ns), "wait", "--timeout", "5m", "job:nova-db-sync", "service:nova-api")
+	a.waitLog("nova-db-sync (active")
+	a.waitLog("dependency ready")
+
+	if err := s.env.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	a.waitLog("unhealthy")
+	a.running()
+	if err := s.env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, "nova-db-sync"); err != nil {
+		t.Fatal(err)
+	}
+	a.wantExit(0)
+}
+
+// CoreDNS stops while the agent waits: it says DNS is unhealthy (not "not
+// found"), and finishes once DNS is back.
+func TestDNSOutage(t *testing.T) {
+	ns := namespace(t)
+	if err := s.env.StopDNS(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			s.env.StartDNS()
+		}
+	})
+	mkService(t, ns, "memcached", false, map[string]string{"app": "memcached"})
+	a := startAgent(t, agentEnv(t, ns), "wait", "--timeout", "5m", "dns:memcached")
+	a.waitLog("DNS unhealthy")
+	if strings.Contains(a.out.String(), "NXDOMAIN") {
+		t.Errorf("a DNS outage was reported as NXDOMAIN:\n%s", a.out.String())
+	}
+	a.running()
+	if err := s.env.StartDNS(); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	a.wantExit(0)
+}
+
+// kubernetes-entrypoint drop-in: its variables, in the shapes openstack-helm
+// charts emit, with no subcommand; COMMAND runs once everything is met.
+func TestEntrypointDropIn(t *testing.T) {
+	ns := namespace(t)
+	mkService(t, ns, "memcached", false, map[string]string{"app": "memcached"})
+	mkService(t, ns, "mariadb", false, map[string]string{"app": "mariadb"})
+	mkPod(t, ns, "memcached-0", map[string]string{"app": "memcached"})
+	mkPod(t, ns, "mariadb-0", map[string]string{"app": "mariadb"})
+	setReady(t, ns, "memcached-0", "10.10.5.1", true)
+	setReady(t, ns, "mariadb-0", "10.10.5.2", false)
+	mkJob(t, ns, "keystone-db-sync", nil)
+	mkJob(t, ns, "keystone-credential-setup", nil)
+	mkPod(t, ns, "keystone-api-0", nil)
+	out := filepath.Join(t.TempDir(), "started")
+
+	env := append(agentEnv(t, ns),
+		"POD_NAME=keystone-api-0",
+		"DEPENDENCY_SERVICE="+ns+":memcached,"+ns+":mariadb",
+		"DEPENDENCY_JOBS=keystone-db-sync,keystone-credential-setup",
+		"DEPENDENCY_DAEMONSET=",
+		"DEPENDENCY_CONTAINER=",
+		"DEPENDENCY_POD_JSON=",
+		"DEPENDENCY_CUSTOM_RESOURCE=",
+		`COMMAND=sh -c 'echo "keystone started" > `+out+`'`,
+	)
+	a := startAgent(t, env)
+	a.waitLog("0 of 1 endpoints ready")
+	a.waitLog("keystone-credential-setup (active")
+	for _, j := range []string{"keystone-db-sync", "keystone-credential-setup"} {
+		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.running()
+	if _, err := os.Stat(out); err == nil {
+		t.Fatal("COMMAND ran before every dependency was met")
+	}
+	setReady(t, ns, "mariadb-0", "10.10.5.2", true)
+	a.wantExit(0)
+	b, err := os.ReadFile(out)
+	if err != nil || string(b) != "keystone started\n" {
+		t.Fatalf("COMMAND did not run as a shell would (quotes kept): %q, %v", b, err)
+	}
+}
+
+// Malformed kubernetes-entrypoint input is exit 1, naming the variable and
+// item, before anything is waited for.
+func TestEntrypointBadInput(t *testing.T) {
+	for _, tc := range []struct{ kv, want string }{
+		{"DEPENDENCY_JOBS=openstack:", "DEPENDENCY_JOBS"},
+		{`DEPENDENCY_POD_JSON=[{"labels":{"app":"x"},"requireSameNode":true}]`, "POD_NAME"},
+		{`DEPENDENCY_JOBS_JSON=[{"nmae":"x"}]`, "DEPENDENCY_JOBS_JSON"},
+		{`COMMAND=sh -c 'unbalanced`, "COMMAND"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			a := startAgent(t, []string{"PATH=" + os.Getenv("PATH"), "NAMESPACE=default", tc.kv})
+			a.wantExit(1)
+			if !strings.Contains(a.out.String(), tc.want) {
+				t.Errorf("error does not name %s:\n%s", tc.want, a.out.String())
+			}
+		})
+	}
+}
+
+// API cost, from the API server's audit log: at start at most a watch-list
+// attempt, a LIST and a WATCH per dependency (a streaming watch-list alone
+// where etcd supports it; the local etcd 3.4 does not, so client-go falls back
+// to LIST+WATCH), each narrowed to its objects; then nothing while it waits.
+func TestAPIRequestsWhileWaiting(t *testing.T) {
+	ns := namespace(t)
+	mkService(t, ns, "mariadb", false, map[string]string{"app": "mariadb"})
+	mkService(t, ns, "memcached", false, map[string]string{"app": "memcached"})
+	for _, j := range []string{"keystone-db-sync", "keystone-fernet-setup", "keystone-credential-setup"} {
+		mkJob(t, ns, j, nil)
+	}
+	deps := []string{"service:mariadb", "service:memcached", "job:keystone-db-sync", "job:keystone-fernet-setup", "job:keystone-credential-setup"}
+	start := time.Now()
+	a := startAgent(t, agentEnv(t, ns), append([]string{"wait", "--timeout", "5m"}, deps...)...)
+	for _, d := range deps {
+		a.waitLog("dependency=" + d + " state=waiting")
+	}
+	steady := time.Now()
+	time.Sleep(10 * time.Second) // the measurement window: the agent waits, the log counts
+	a.running()
+	user := "system:serviceaccount:" + ns + ":kolla-agent"
+	reqs, err := s.env.Requests(user, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var initial, later []string
+	for _, r := range reqs {
+		line := r.Verb + " " + r.RequestURI
+		if r.Time.Before(steady) {
+			initial = append(initial, line)
+		} else {
+			later = append(later, line)
+		}
+		if r.Verb != "list" && r.Verb != "watch" {
+			t.Errorf("unexpected request %s", line)
+		}
+		if !strings.Contains(r.RequestURI, "fieldSelector=metadata.name") && !strings.Contains(r.RequestURI, "labelSelector=kubernetes.io") {
+			t.Errorf("request not narrowed to its object: %s", line)
+		}
+	}
+	t.Logf("%d requests to sync 5 dependencies, %d in the %v after", len(initial), len(later), time.Since(steady).Round(time.Second))
+	if len(initial) > 3*len(deps) {
+		t.Errorf("%d requests to sync %d dependencies, want at most 3 each:\n%s", len(initial), len(deps), strings.Join(initial, "\n"))
+	}
+	if len(later) > 0 {
+		t.Errorf("%d requests while waiting, want none:\n%s", len(later), strings.Join(later, "\n"))
+	}
+}

@@ -1,0 +1,224 @@
+package main
+
+// End-to-end tests: the built binary, run as a separate process with a
+// ServiceAccount token bound to examples/rbac, against a real etcd,
+// kube-apiserver, kube-controller-manager and CoreDNS (internal/testenv).
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kolla-agent/kolla-agent/internal/testenv"
+)
+
+// suite is what TestMain sets up once for the package's tests.
+type suite struct {
+	bin string
+	env *testenv.Env
+	seq atomic.Int64
+}
+
+var s suite // set once in TestMain, read-only after
+
+func TestMain(m *testing.M) {
+	code, err := setup(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "setup:", err)
+		os.Exit(1)
+	}
+	os.Exit(code)
+}
+
+func setup(m *testing.M) (int, error) {
+	dir, err := os.MkdirTemp("", "kolla-agent-e2e-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	s.bin = filepath.Join(dir, "kolla-agent")
+	build := exec.Command("go", "build", "-o", s.bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("build: %v\n%s", err, out)
+	}
+	env, err := testenv.Start(filepath.Join(dir, "env"))
+	if err != nil {
+		return 0, err
+	}
+	defer env.Stop()
+	s.env = env
+	return m.Run(), nil
+}
+
+func client() kubernetes.Interface { return s.env.Client() }
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// namespace creates a fresh namespace for one test.
+func namespace(t testing.TB) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d-%s", s.seq.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
+	if len(name) > 60 {
+		name = name[:60]
+	}
+	name = strings.TrimRight(name, "-")
+	_, err := client().CoreV1().Namespaces().Create(ctxT(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// agent is one kolla-agent process under test.
+type agentProc struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	out    syncBuffer
+	done   chan struct{}
+	code   int
+	exited time.Time
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// agentEnv is the environment of an agent in namespace ns, authenticated as
+// the kolla-agent ServiceAccount of examples/rbac (plus extra rules).
+func agentEnv(t testing.TB, ns string, extra ...rbacv1.PolicyRule) []string {
+	t.Helper()
+	kc, err := s.env.AgentKubeconfig(ctxT(t), ns, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{
+		"PATH=" + os.Getenv("PATH"),
+		"KUBECONFIG=" + kc,
+		"NAMESPACE=" + ns,
+		"KOLLA_AGENT_DNS_SERVER=" + s.env.DNSAddr,
+		"CLUSTER_DOMAIN=" + s.env.ClusterDomain,
+	}
+}
+
+func startAgent(t testing.TB, env []string, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{t: t, done: make(chan struct{})}
+	a.cmd = exec.Command(s.bin, args...)
+	a.cmd.Env = env
+	a.cmd.Stdout = &a.out
+	a.cmd.Stderr = &a.out
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		err := a.cmd.Wait()
+		a.exited = time.Now()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			a.code = 0
+		case errors.As(err, &ee):
+			a.code = ee.ExitCode()
+		default:
+			a.code = -1
+		}
+		close(a.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-a.done:
+		default:
+			a.cmd.Process.Kill()
+			<-a.done
+		}
+		if t.Failed() {
+			t.Logf("agent output:\n%s", a.out.String())
+		}
+		if strings.Contains(a.out.String(), "panic:") {
+			t.Errorf("the agent panicked:\n%s", a.out.String())
+		}
+	})
+	return a
+}
+
+// waitLog waits until the agent has logged s (it is still running then, or
+// the test fails).
+func (a *agentProc) waitLog(s string) {
+	a.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(a.out.String(), s) {
+		select {
+		case <-a.done:
+			a.t.Fatalf("agent exited (code %d) before logging %q:\n%s", a.code, s, a.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			a.t.Fatalf("agent did not log %q:\n%s", s, a.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// running fails the test if the agent has exited.
+func (a *agentProc) running() {
+	a.t.Helper()
+	select {
+	case <-a.done:
+		a.t.Fatalf("agent exited (code %d) while its dependencies were not met:\n%s", a.code, a.out.String())
+	default:
+	}
+}
+
+// exit waits for the agent to exit and returns its code.
+func (a *agentProc) exit(within time.Duration) int {
+	a.t.Helper()
+	select {
+	case <-a.done:
+		return a.code
+	case <-time.After(within):
+		a.cmd.Process.Signal(syscall.SIGQUIT)
+		<-a.done
+		a.t.Fatalf("agent still running after %v:\n%s", within, a.out.String())
+	}
+	return -1
+}
+
+func (a *agentProc) wantExit(code int) {
+	a.t.Helper()
+	if got := a.exit(60 * time.Second); got != code {
+		a.t.Fatalf("exit code %d, want %d:\n%s", got, code, a.out.String())
+	}
+}

@@ -1,0 +1,319 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// serviceCIDR is the Service IP range; the API server gives the first
+// address to the "kubernetes" Service, which CoreDNS' readiness check resolves.
+const serviceCIDR = "10.96.0.0/16"
+
+// controllers is what kube-controller-manager runs: everything except what
+// needs a cloud, node IPAM, real node health or volumes.
+const controllers = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach"
+
+// launch starts a component and waits until ready reports nil. On failure
+// the process is stopped, so the caller only ever records ready processes.
+func (e *Env) launch(ctx context.Context, name string, args []string, ready func(context.Context) error) (*process, error) {
+	p, err := startProcess(name, filepath.Join(e.bin, name), args, e.Dir, e.path(name+".log"), e.detach)
+	if err != nil {
+		return nil, err
+	}
+	var last error
+	err = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if p.exited() {
+			return false, p.exitError()
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		last = ready(cctx)
+		return last == nil, nil
+	})
+	if err != nil {
+		if last != nil && !p.exited() {
+			err = fmt.Errorf("%s (pid %d) not ready: %w: %v; last lines of %s:\n%s", name, p.pid, err, last, p.log, lastLines(p.output(), 15))
+		}
+		return nil, errors.Join(err, p.stop(stopGrace))
+	}
+	return p, nil
+}
+
+// retryOnPortClash runs start up to three times while it fails because a port
+// chosen as free was taken before the component bound it.
+func retryOnPortClash(start func() (*process, error)) (*process, error) {
+	var err error
+	for range 3 {
+		var p *process
+		if p, err = start(); !errors.Is(err, errPortClash) {
+			return p, err
+		}
+	}
+	return nil, err
+}
+
+// freePort returns a loopback port that is free now (for UDP too, when
+// withUDP is set). The component binds it a moment later; retryOnPortClash
+// and ownsDNSPort deal with losing that race.
+func freePort(withUDP bool) (int, error) {
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		if withUDP {
+			u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+			if err != nil {
+				l.Close()
+				continue
+			}
+			u.Close()
+		}
+		l.Close()
+		return port, nil
+	}
+	return 0, errors.New("no free loopback port with UDP")
+}
+
+func (e *Env) startEtcd(ctx context.Context) (*process, error) {
+	client := "http://127.0.0.1:" + strconv.Itoa(e.ports.EtcdClient)
+	peer := "http://127.0.0.1:" + strconv.Itoa(e.ports.EtcdPeer)
+	args := []string{
+		"--name=testenv",
+		"--data-dir=" + e.path(dirEtcdData),
+		"--listen-client-urls=" + client,
+		"--advertise-client-urls=" + client,
+		"--listen-peer-urls=" + peer,
+		"--initial-advertise-peer-urls=" + peer,
+		"--initial-cluster=testenv=" + peer,
+		"--listen-metrics-urls=",
+		// Throwaway data: fsync only costs time (3.4.23 accepts it though
+		// its --help does not list it).
+		"--unsafe-no-fsync",
+		// etcd 3.4 lacks on-demand progress requests, so without periodic
+		// progress notifications the API server's watch cache of a quiet
+		// resource never learns it is current, and every watch from
+		// resourceVersion "" stalls 3 s. 100 ms costs about a tenth of a
+		// core while idle.
+		"--experimental-watch-progress-notify-interval=100ms",
+		"--logger=zap",
+		"--log-outputs=stderr",
+	}
+	return e.launch(ctx, Etcd, args, func(ctx context.Context) error {
+		return e.get(ctx, client+"/health", `"health":"true"`)
+	})
+}
+
+func (e *Env) startAPIServer(ctx context.Context) (*process, error) {
+	args := []string{
+		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(e.ports.EtcdClient),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(e.ports.APIServer),
+		// A self-signed serving certificate is generated here on first
+		// start and reused on restart, so clients keep trusting it.
+		"--cert-dir=" + e.path(dirCerts),
+		"--token-auth-file=" + e.path(fileTokens),
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc." + ClusterDomain,
+		"--service-account-key-file=" + e.path(fileSAPub),
+		"--service-account-signing-key-file=" + e.path(fileSAKey),
+		"--service-cluster-ip-range=" + serviceCIDR,
+		// Pods would otherwise be rejected until the controller manager has
+		// created the namespace's default ServiceAccount: a race in every test.
+		"--disable-admission-plugins=ServiceAccount",
+		"--audit-policy-file=" + e.path(fileAuditPolicy),
+		"--audit-log-path=" + e.AuditLog,
+		"--audit-log-format=json",
+		"--audit-log-mode=blocking", // each event is on disk before the response
+		// 127.0.0.1 is not a valid endpoint address: the default reconciler
+		// fails every 10 s writing it into the "kubernetes" Service's
+		// Endpoints. Nothing here needs those endpoints.
+		"--endpoint-reconciler-type=none",
+		// On SIGTERM, stop after 2 s instead of waiting up to a minute for
+		// open watches (those of the controller manager and CoreDNS) to end.
+		"--shutdown-send-retry-after=true",
+		"--allow-privileged=true",
+		"--profiling=false",
+	}
+	return e.launch(ctx, APIServer, args, e.apiserverReady)
+}
+
+func (e *Env) apiserverReady(ctx context.Context) error {
+	return e.get(ctx, e.serverURL()+"/readyz", "ok")
+}
+
+func (e *Env) startControllerManager(ctx context.Context) (*process, error) {
+	args := []string{
+		"--kubeconfig=" + e.path(fileKCMKubeconfig),
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--controllers=" + controllers,
+		"--service-account-private-key-file=" + e.path(fileSAKey),
+		"--root-ca-file=" + filepath.Join(e.path(dirCerts), "apiserver.crt"),
+		// The default 20 QPS makes the Job and EndpointSlice controllers
+		// lag behind tests that create objects quickly.
+		"--kube-api-qps=200",
+		"--kube-api-burst=400",
+	}
+	return e.launch(ctx, ControllerManager, args, e.serviceAccountsWork)
+}
+
+// serviceAccountsWork checks the ServiceAccount machinery end to end: the
+// controller manager has created the default ServiceAccount, and the API
+// server signs tokens for it.
+func (e *Env) serviceAccountsWork(ctx context.Context) error {
+	sa := e.client.CoreV1().ServiceAccounts(metav1.NamespaceDefault)
+	if _, err := sa.Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		return err
+	}
+	ttl := int64(600)
+	_, err := sa.CreateToken(ctx, "default", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl},
+	}, metav1.CreateOptions{})
+	return err
+}
+
+func (e *Env) startCoreDNS(ctx context.Context) (*process, error) {
+	// No cache plugin: tests see the API's current state, not a cached answer.
+	corefile := fmt.Sprintf(`.:%d {
+    bind 127.0.0.1
+    errors
+    kubernetes %s in-addr.arpa ip6.arpa {
+        kubeconfig %s
+        ttl 5
+    }
+}
+`, e.ports.DNS, ClusterDomain, e.path(fileDNSKubeconfig))
+	if err := writeFile(e.path(fileCorefile), []byte(corefile), 0o644); err != nil {
+		return nil, err
+	}
+	p, err := e.launch(ctx, CoreDNS, []string{"-conf", e.path(fileCorefile)}, e.dnsAnswers)
+	if err != nil {
+		return nil, err
+	}
+	// CoreDNS sets SO_REUSEPORT, so a second instance on the same port starts
+	// fine and silently gets half the queries: make sure the port is ours.
+	if err := ownsPort(p.pid, e.ports.DNS); err != nil {
+		return nil, errors.Join(fmt.Errorf("%w: coredns: %w", errPortClash, err), p.stop(stopGrace))
+	}
+	return p, nil
+}
+
+// dnsAnswers asks CoreDNS for the kubernetes Service, which proves it serves
+// on its port and has synced with the API server.
+func (e *Env) dnsAnswers(ctx context.Context) error {
+	m := new(dns.Msg)
+	m.SetQuestion("kubernetes.default.svc."+ClusterDomain+".", dns.TypeA)
+	c := &dns.Client{Timeout: time.Second}
+	r, _, err := c.ExchangeContext(ctx, m, e.dnsAddr())
+	if err != nil {
+		return err
+	}
+	if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+		return fmt.Errorf("coredns: %s for %s", dns.RcodeToString[r.Rcode], m.Question[0].Name)
+	}
+	return nil
+}
+
+// get is a health probe: GET url and expect 200 with want in the body.
+func (e *Env) get(ctx context.Context, url, want string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if t := e.tokens[userAdmin]; t != "" && strings.HasPrefix(url, "https:") {
+		req.Header.Set("Authorization", "Bearer "+t)
+	}
+	resp, err := e.probe.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+		return fmt.Errorf("GET %s: %s: %.200s", url, resp.Status, body)
+	}
+	return nil
+}
+
+// ownsPort checks that every UDP socket and listening TCP socket on port
+// belongs to pid, by matching socket inodes in /proc/net with pid's fds.
+func ownsPort(pid, port int) error {
+	var inodes []string
+	for _, f := range []string{"/proc/net/udp", "/proc/net/udp6", "/proc/net/tcp", "/proc/net/tcp6"} {
+		in, err := socketInodes(f, port, strings.HasPrefix(filepath.Base(f), "tcp"))
+		if err != nil {
+			return err
+		}
+		inodes = append(inodes, in...)
+	}
+	if len(inodes) == 0 {
+		return fmt.Errorf("no socket on port %d", port)
+	}
+	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		return err
+	}
+	own := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); err == nil {
+			own[l] = true
+		}
+	}
+	for _, in := range inodes {
+		if !own["socket:["+in+"]"] {
+			return fmt.Errorf("another process also listens on port %d (socket inode %s)", port, in)
+		}
+	}
+	return nil
+}
+
+// socketInodes lists the inodes of the sockets bound to port in one
+// /proc/net table: for TCP only listeners, for UDP only unconnected sockets
+// (a client's ephemeral port may equal ours on another address).
+func socketInodes(table string, port int, tcp bool) ([]string, error) {
+	f, err := os.Open(table)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // no IPv6
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	want := fmt.Sprintf(":%04X", port)
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 10 || !strings.HasSuffix(fs[1], want) {
+			continue
+		}
+		if tcp && fs[3] != "0A" { // TCP_LISTEN
+			continue
+		}
+		if !tcp && !strings.HasSuffix(fs[2], ":0000") {
+			continue
+		}
+		out = append(out, fs[9])
+	}
+	return out, sc.Err()
+}

@@ -1,0 +1,33 @@
+// Package testenv runs a real, local Kubernetes control plane for tests:
+// etcd, kube-apiserver, kube-controller-manager and CoreDNS, as separate
+// processes on loopback ports, with binaries built by hack/install-tools.sh.
+//
+// What it guarantees:
+//   - Start returns only when the API server is ready, the ServiceAccount
+//     machinery works and CoreDNS answers from the API; every component
+//     listens on 127.0.0.1 only, on ports no other instance shares.
+//   - Stop stops exactly the processes it started, by PID; children of a
+//     crashed test process die with it (parent-death signal), except for
+//     StartDetached, which hack/testenv uses.
+//   - The real controllers do their real work: with the Kubelet stand-in
+//     reporting pod status, the Job controller completes Jobs, the
+//     EndpointSlice controller publishes endpoints and CoreDNS serves them.
+//   - The agent's credentials come from the shipped RBAC example and the
+//     TokenRequest API (AgentKubeconfig), never from the admin token.
+//
+// What it does not do: no scheduler, kubelet or container runtime (no pod
+// ever runs), no kube-proxy (Service IPs route nowhere), no node lifecycle or
+// volume controllers, and nothing is reachable from outside the machine.
+//
+// Typical use, one control plane per test package:
+//
+//	var env *testenv.Env
+//
+//	func TestMain(m *testing.M) { testenv.Main(m, func(e *testenv.Env) { env = e }) }
+//
+//	func TestX(t *testing.T) {
+//		ns := env.Namespace(t)
+//		kubeconfig, err := env.AgentKubeconfig(ctx, ns)
+//		...
+//	}
+package testenv
