@@ -42,11 +42,12 @@ type Options struct {
 	Timeout time.Duration
 	// Version is reported to the API server in the User-Agent.
 	Version string
+	// MetricsAddr, when set, serves /metrics there while the agent waits.
+	MetricsAddr string
 
-	Logger     *slog.Logger
-	Stderr     io.Writer // the final summary goes here
-	LookupEnv  func(string) (string, bool)
-	Registerer prometheus.Registerer
+	Logger    *slog.Logger
+	Stderr    io.Writer // the final summary goes here
+	LookupEnv func(string) (string, bool)
 }
 
 // DefaultTerminationMessagePath is the kubelet's default.
@@ -296,7 +297,6 @@ func (a *Agent) Wait(ctx context.Context, p *Plan) error {
 		PodName:      p.PodName,
 		NodeName:     p.NodeName,
 		Logger:       a.log,
-		Registerer:   a.opts.Registerer,
 	}
 	var needDNS, needAPI bool
 	for _, d := range p.Dependencies {
@@ -320,6 +320,15 @@ func (a *Agent) Wait(ctx context.Context, p *Plan) error {
 		}
 	} else if needAPI {
 		return configErr("dependencies need the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG")
+	}
+	if a.opts.MetricsAddr != "" {
+		reg := prometheus.NewRegistry()
+		cfg.Registerer = reg
+		stop, err := a.serveMetrics(a.opts.MetricsAddr, reg)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	w, err := discovery.New(cfg)
 	if err != nil {

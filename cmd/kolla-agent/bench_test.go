@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -94,6 +95,7 @@ func pollerClient(b *testing.B, ns string) kubernetes.Interface {
 	if err != nil {
 		b.Fatal(err)
 	}
+	cfg.WarningHandler = rest.NoWarnings{} // Endpoints is deprecated: that is the point
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
@@ -107,7 +109,9 @@ func benchWindow() time.Duration {
 }
 
 // API requests per minute while waiting, from the audit log, agent and
-// baseline side by side in the same window.
+// baseline side by side in the same window. The agent's one-time sync (a
+// LIST and WATCH per dependency, after a watch-list attempt that the local
+// etcd 3.4 refuses) is reported apart from the steady state.
 func BenchmarkAPIRequestsWhileWaiting(b *testing.B) {
 	window := benchWindow()
 	for range b.N {
@@ -118,12 +122,15 @@ func BenchmarkAPIRequestsWhileWaiting(b *testing.B) {
 		start := time.Now()
 		go entrypointPoller(ctx, pc, pollNS)
 		a := startAgent(b, agentEnv(b, agentNS), append([]string{"wait", "--timeout", "10m"}, keystoneArgs()...)...)
-		a.waitLog("keystone-credential-setup (active")
+		for _, d := range keystoneArgs() {
+			a.waitLog("dependency=" + d + " state=waiting")
+		}
+		synced := time.Now()
 		time.Sleep(window)
 		cancel()
 		end := time.Now()
-		count := func(ns string) float64 {
-			reqs, err := s.env.Requests("system:serviceaccount:"+ns+":kolla-agent", start)
+		count := func(ns string, from time.Time) int {
+			reqs, err := s.env.Requests("system:serviceaccount:"+ns+":kolla-agent", from)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -133,10 +140,13 @@ func BenchmarkAPIRequestsWhileWaiting(b *testing.B) {
 					n++
 				}
 			}
-			return float64(n) / end.Sub(start).Minutes()
+			return n
 		}
-		b.ReportMetric(count(agentNS), "agent-req/min")
-		b.ReportMetric(count(pollNS), "poller-req/min")
+		all := count(agentNS, start)
+		steady := count(agentNS, synced)
+		b.ReportMetric(float64(all-steady), "agent-sync-req")
+		b.ReportMetric(float64(steady)/end.Sub(synced).Minutes(), "agent-steady-req/min")
+		b.ReportMetric(float64(count(pollNS, start))/end.Sub(start).Minutes(), "poller-req/min")
 	}
 }
 
@@ -217,7 +227,9 @@ func BenchmarkStartAllSatisfied(b *testing.B) {
 	args := append([]string{"wait", "--timeout", "1m"}, keystoneArgs()...)
 	// Wait until the Job controller has written Complete on all three.
 	eventually(b, "jobs complete", func() bool {
-		return exec.Command(s.bin, args...).Run() == nil
+		c := exec.Command(s.bin, args...)
+		c.Env = env
+		return c.Run() == nil
 	})
 	cmd := func(env []string, name string, args ...string) time.Duration {
 		c := exec.Command(name, args...)

@@ -64,7 +64,7 @@ Global flags (also accepted after the command):
 
 type globals struct {
 	config, root, kubeconfig, dnsServer, clusterDomain, terminationLog string
-	logFormat, logLevel                                                string
+	logFormat, logLevel, metricsAddr                                   string
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
@@ -74,6 +74,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.dnsServer, "dns-server", g.dnsServer, "DNS server `HOST:PORT` instead of resolv.conf's (env KOLLA_AGENT_DNS_SERVER)")
 	fs.StringVar(&g.clusterDomain, "cluster-domain", g.clusterDomain, "cluster `DOMAIN` instead of the one resolv.conf implies (env CLUSTER_DOMAIN)")
 	fs.StringVar(&g.terminationLog, "termination-log", g.terminationLog, "where to write why the pod stopped (`PATH`; default /dev/termination-log)")
+	fs.StringVar(&g.metricsAddr, "metrics-addr", g.metricsAddr, "serve Prometheus /metrics on `HOST:PORT` while waiting (default: off)")
 	fs.StringVar(&g.logFormat, "log-format", g.logFormat, "log format: text or json")
 	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "log level: debug, info, warn or error")
 }
@@ -154,6 +155,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		TerminationMessagePath: g.terminationLog,
 		Timeout:                timeout,
 		Version:                version,
+		MetricsAddr:            g.metricsAddr,
 		Logger:                 logger,
 		Stderr:                 stderr,
 	})

@@ -23,6 +23,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/go-logr/logr"
 
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
@@ -46,6 +49,9 @@ func TestMain(m *testing.M) {
 }
 
 func setup(m *testing.M) (int, error) {
+	// client-go's own logs in this process (the tests' watches, cancelled at
+	// the end of each test) are noise here; the agent's logs are the subject.
+	klog.SetLogger(logr.Discard())
 	dir, err := os.MkdirTemp("", "kolla-agent-e2e-")
 	if err != nil {
 		return 0, err

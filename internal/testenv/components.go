@@ -28,9 +28,10 @@ const serviceCIDR = "10.96.0.0/16"
 // needs a cloud, node IPAM, real node health or volumes.
 const controllers = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach"
 
-// launch starts a component and waits until ready reports nil. On failure
-// the process is stopped, so the caller only ever records ready processes.
-func (e *Env) launch(ctx context.Context, name string, args []string, ready func(context.Context) error) (*process, error) {
+// launch starts a component and waits until ready reports nil; a ready error
+// wrapping errPortClash ends the wait at once. On failure the process is
+// stopped, so the caller only ever records ready processes.
+func (e *Env) launch(ctx context.Context, name string, args []string, ready func(context.Context, *process) error) (*process, error) {
 	p, err := startProcess(name, filepath.Join(e.bin, name), args, e.Dir, e.path(name+".log"), e.detach)
 	if err != nil {
 		return nil, err
@@ -42,11 +43,14 @@ func (e *Env) launch(ctx context.Context, name string, args []string, ready func
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		last = ready(cctx)
+		last = ready(cctx, p)
+		if errors.Is(last, errPortClash) {
+			return false, last
+		}
 		return last == nil, nil
 	})
 	if err != nil {
-		if last != nil && !p.exited() {
+		if last != nil && !errors.Is(last, errPortClash) && !p.exited() {
 			err = fmt.Errorf("%s (pid %d) not ready: %w: %v; last lines of %s:\n%s", name, p.pid, err, last, p.log, lastLines(p.output(), 15))
 		}
 		return nil, errors.Join(err, p.stop(stopGrace))
@@ -115,7 +119,7 @@ func (e *Env) startEtcd(ctx context.Context) (*process, error) {
 		"--logger=zap",
 		"--log-outputs=stderr",
 	}
-	return e.launch(ctx, Etcd, args, func(ctx context.Context) error {
+	return e.launch(ctx, Etcd, args, func(ctx context.Context, _ *process) error {
 		return e.get(ctx, client+"/health", `"health":"true"`)
 	})
 }
@@ -152,7 +156,7 @@ func (e *Env) startAPIServer(ctx context.Context) (*process, error) {
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
-	return e.launch(ctx, APIServer, args, e.apiserverReady)
+	return e.launch(ctx, APIServer, args, func(ctx context.Context, _ *process) error { return e.apiserverReady(ctx) })
 }
 
 func (e *Env) apiserverReady(ctx context.Context) error {
@@ -172,7 +176,7 @@ func (e *Env) startControllerManager(ctx context.Context) (*process, error) {
 		"--kube-api-qps=200",
 		"--kube-api-burst=400",
 	}
-	return e.launch(ctx, ControllerManager, args, e.serviceAccountsWork)
+	return e.launch(ctx, ControllerManager, args, func(ctx context.Context, _ *process) error { return e.serviceAccountsWork(ctx) })
 }
 
 // serviceAccountsWork checks the ServiceAccount machinery end to end: the
@@ -196,7 +200,7 @@ func (e *Env) startCoreDNS(ctx context.Context) (*process, error) {
     bind 127.0.0.1
     errors
     kubernetes %s in-addr.arpa ip6.arpa {
-        kubeconfig %s
+        kubeconfig "%s"
         ttl 5
     }
 }
@@ -204,16 +208,18 @@ func (e *Env) startCoreDNS(ctx context.Context) (*process, error) {
 	if err := writeFile(e.path(fileCorefile), []byte(corefile), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := e.launch(ctx, CoreDNS, []string{"-conf", e.path(fileCorefile)}, e.dnsAnswers)
-	if err != nil {
-		return nil, err
-	}
 	// CoreDNS sets SO_REUSEPORT, so a second instance on the same port starts
-	// fine and silently gets half the queries: make sure the port is ours.
-	if err := ownsPort(p.pid, e.ports.DNS); err != nil {
-		return nil, errors.Join(fmt.Errorf("%w: coredns: %w", errPortClash, err), p.stop(stopGrace))
-	}
-	return p, nil
+	// fine and silently gets half the queries: the port must be ours alone,
+	// before and after CoreDNS answers (the other may bind later).
+	return e.launch(ctx, CoreDNS, []string{"-conf", e.path(fileCorefile)}, func(ctx context.Context, p *process) error {
+		if err := ownsPort(p.pid, e.ports.DNS); err != nil {
+			return err
+		}
+		if err := e.dnsAnswers(ctx); err != nil {
+			return err
+		}
+		return ownsPort(p.pid, e.ports.DNS)
+	})
 }
 
 // dnsAnswers asks CoreDNS for the kubernetes Service, which proves it serves
@@ -254,7 +260,9 @@ func (e *Env) get(ctx context.Context, url, want string) error {
 }
 
 // ownsPort checks that every UDP socket and listening TCP socket on port
-// belongs to pid, by matching socket inodes in /proc/net with pid's fds.
+// belongs to pid, by matching socket inodes in /proc/net with pid's fds. No
+// socket at all is fine: pid has not bound yet. A foreign socket is a
+// port clash.
 func ownsPort(pid, port int) error {
 	var inodes []string
 	for _, f := range []string{"/proc/net/udp", "/proc/net/udp6", "/proc/net/tcp", "/proc/net/tcp6"} {
@@ -265,7 +273,7 @@ func ownsPort(pid, port int) error {
 		inodes = append(inodes, in...)
 	}
 	if len(inodes) == 0 {
-		return fmt.Errorf("no socket on port %d", port)
+		return nil
 	}
 	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
 	if err != nil {
@@ -279,7 +287,7 @@ func ownsPort(pid, port int) error {
 	}
 	for _, in := range inodes {
 		if !own["socket:["+in+"]"] {
-			return fmt.Errorf("another process also listens on port %d (socket inode %s)", port, in)
+			return fmt.Errorf("%w: coredns: another process also has port %d (socket inode %s)", errPortClash, port, in)
 		}
 	}
 	return nil

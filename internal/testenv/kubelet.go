@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,9 +36,10 @@ func NewKubelet(client kubernetes.Interface, node string) *Kubelet {
 // to DefaultNode.
 func (e *Env) Kubelet() *Kubelet { return NewKubelet(e.client, DefaultNode) }
 
-// EnsureNode creates the Node if it does not exist and reports it Ready. The
-// EndpointSlice controller ignores pods on nodes that do not exist, and the
-// DaemonSet controller only creates pods for existing nodes.
+// EnsureNode creates the Node if it does not exist, reports it Ready and
+// lifts its not-ready taint. The EndpointSlice controller ignores pods on
+// nodes that do not exist, and the DaemonSet controller only creates pods
+// for existing, untainted nodes.
 func (k *Kubelet) EnsureNode(ctx context.Context, name string) error {
 	nodes := k.client.CoreV1().Nodes()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -53,6 +55,16 @@ func (k *Kubelet) EnsureNode(ctx context.Context, name string) error {
 		}
 		if err != nil {
 			return err
+		}
+		// The TaintNodesByCondition admission plugin taints a new Node
+		// not-ready; the node lifecycle controller, which does not run here,
+		// would lift it once the node reports Ready. DaemonSet pods do not
+		// tolerate it.
+		if i := slices.IndexFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady }); i >= 0 {
+			n.Spec.Taints = slices.Delete(n.Spec.Taints, i, i+1)
+			if n, err = nodes.Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
 		}
 		if c := nodeCondition(n, corev1.NodeReady); c != nil && c.Status == corev1.ConditionTrue {
 			return nil

@@ -16,10 +16,9 @@ import (
 // stopGrace is how long a component gets to exit after SIGTERM before SIGKILL.
 const stopGrace = 5 * time.Second
 
-// process is one started component. Processes started by this Env have cmd
-// and done set: a single goroutine owns cmd.Wait and closes done. Processes
-// adopted from a pids file (Open) are not our children, so their exit is
-// observed through /proc instead.
+// process is one started component. For a child of this process, a single
+// goroutine owns cmd.Wait and closes done. Processes adopted from a pids file
+// (Open) are not our children, so their exit is observed through /proc.
 type process struct {
 	name      string
 	pid       int
@@ -32,9 +31,11 @@ type process struct {
 }
 
 // startProcess runs bin with its output appended to logPath. Unless detach is
-// set, the child gets SIGKILL when the thread that started it dies, so a
-// crashed test binary does not leave a control plane behind. Detached children
-// get their own session and outlive the command that started them.
+// set, the child gets SIGKILL when its parent dies, so a crashed test binary
+// does not leave a control plane behind. (Linux sends it when the forking
+// thread exits; the Go runtime ends a thread only when a goroutine exits
+// while locked to it, which tests rarely do.) Detached children get their own
+// session and outlive the command that started them.
 func startProcess(name, bin string, args []string, dir, logPath string, detach bool) (*process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -3,6 +3,7 @@ package testenv_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -258,6 +261,43 @@ func TestHeadlessServiceResolvesWhenPodReady(t *testing.T) {
 	})
 }
 
+// DaemonSet pods are pinned to a node by affinity; the stand-in binds them
+// there, not to its default node.
+func TestDaemonSetPodBoundToItsNode(t *testing.T) {
+	ctx, ns, kubelet := testCtx(t), env.Namespace(t), env.Kubelet()
+	if err := kubelet.EnsureNode(ctx, "testenv-node-b"); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "openvswitch"}
+	if _, err := env.Client().AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "openvswitch"},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ovs", Image: "registry.invalid/ovs:1"}}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := kubelet.WaitForPod(ctx, ns, "app=openvswitch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kubelet.SetPodRunning(ctx, ns, pod.Name, "10.244.1.3", true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := env.Client().CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Values[0]
+	if got.Spec.NodeName != want || got.Status.Phase != corev1.PodRunning {
+		t.Errorf("pod on %q in phase %s, want on %q and Running", got.Spec.NodeName, got.Status.Phase, want)
+	}
+}
+
 func TestAPIServerRestartKeepsData(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -323,6 +363,25 @@ func TestDNSRestartSamePort(t *testing.T) {
 		t.Fatal("CoreDNS still answers after StopDNS")
 	}
 	addr := env.DNSAddr
+
+	// Another socket sharing the port through SO_REUSEPORT (as a second
+	// CoreDNS would) must make StartDNS fail, not go unnoticed.
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+		})
+		return errors.Join(err, serr)
+	}}
+	squatter, err := lc.ListenPacket(ctx, "udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.StartDNS(); err == nil || !strings.Contains(err.Error(), "another process") {
+		t.Errorf("StartDNS beside another socket on %s: %v, want a port clash", addr, err)
+	}
+	squatter.Close()
+
 	if err := env.StartDNS(); err != nil {
 		t.Fatal(err)
 	}
