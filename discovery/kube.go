@@ -6,12 +6,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	k8sdiscovery "k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/klog/v2"
 )
 
 // Kube holds the API clients the checks use. Only the typed groups the agent
@@ -110,28 +113,65 @@ func apiTrouble(report func(Observation)) func(string, error) {
 
 // watchUntil lists and watches the objects lw selects (one LIST, then one
 // WATCH resumed from the last resourceVersion and re-listed on 410 Gone, by
-// client-go's reflector) and evaluates eval over the whole current set after
-// every change: level-based, so a missed event cannot leave it stuck.
+// client-go's reflector inside an informer) and evaluates eval over the whole
+// current set once synced and after every change: level-based, so a missed
+// event cannot leave it stuck, and never on a half-listed set (which could
+// say "every Job complete" before the last one is listed).
+//
+// This is watchtools.UntilWithSync but for its wait for the initial sync,
+// which polls every 100 ms: most of the run time of an agent whose
+// dependencies are already met.
 func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Observation), lw cache.ListerWatcher, objType runtime.Object, eval func([]any) Observation) error {
-	var store cache.Store
-	decide := func() (bool, error) {
+	store, informer, watcher, done := watchtools.NewIndexerInformerWatcherWithLogger(klog.FromContext(ctx), lw, objType)
+	defer func() {
+		watcher.Stop()
+		<-done
+	}()
+	synced := waitSynced(ctx, informer.HasSynced)
+	isSynced := false
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-synced:
+			synced, isSynced = nil, true
+		case _, ok := <-watcher.ResultChan():
+			if !ok {
+				return fmt.Errorf("watch of %s closed", d)
+			}
+			if !isSynced {
+				continue
+			}
+		}
 		o := eval(store.List())
 		report(o)
 		switch o.State {
 		case Ready:
-			return true, nil
+			return nil
 		case Failed:
-			return false, fmt.Errorf("%w: %s: %s", ErrFailed, d, o.Detail)
+			return fmt.Errorf("%w: %s: %s", ErrFailed, d, o.Detail)
 		}
-		return false, nil
 	}
-	_, err := watchtools.UntilWithSync(ctx, lw, objType,
-		func(s cache.Store) (bool, error) { store = s; return decide() },
-		func(watch.Event) (bool, error) { return decide() })
-	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return err
+}
+
+// waitSynced closes the returned channel once hasSynced is true, looking
+// every millisecond at first and backing off to 50 ms.
+func waitSynced(ctx context.Context, hasSynced func() bool) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		b := wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 50 * time.Millisecond}
+		for !hasSynced() {
+			t := time.NewTimer(b.Step())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		close(ch)
+	}()
+	return ch
 }
 
 func (w *Waiter) namespace(d Dependency) string {
