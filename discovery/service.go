@@ -23,7 +23,9 @@ func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Obse
 	lw := newListWatch(w.cfg.Kube.Slices.EndpointSlices(ns),
 		selector{label: discoveryv1.LabelServiceName + "=" + d.Name},
 		func(op string, err error) {
-			if op == "list" && (apierrors.IsNotFound(err) || apierrors.IsForbidden(err)) {
+			// With client-go's watch-list the first request is a WATCH, so a
+			// refusal can come on either verb.
+			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 				w.log.Info("EndpointSlices unavailable; falling back to Endpoints", "dependency", d.String(), "error", err.Error())
 				fallback.Store(true)
 				cancel()

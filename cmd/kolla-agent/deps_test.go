@@ -311,7 +311,7 @@ func TestDNSHeadlessService(t *testing.T) {
 		mkPod(t, ns, name, map[string]string{"app": "rabbitmq"})
 		setReady(t, ns, name, ip, false)
 	}
-	a := startAgent(t, agentEnv(t, ns), "wait", "dns:rabbitmq."+ns, "dns:rabbitmq")
+	a := startAgent(t, agentEnv(t, ns), "wait", "dns:rabbitmq."+ns, "dns:rabbitmq", "dns:_db._tcp.rabbitmq")
 	a.waitLog("for rabbitmq." + ns + ".svc.cluster.local.")
 	a.running()
 	for i, ip := range []string{"10.10.3.1", "10.10.3.2", "10.10.3.3"} {
@@ -320,6 +320,9 @@ func TestDNSHeadlessService(t *testing.T) {
 	a.wantExit(0)
 	if !strings.Contains(a.out.String(), "10.10.3.") {
 		t.Errorf("the answer's addresses are not in the summary:\n%s", a.out.String())
+	}
+	if !strings.Contains(a.out.String(), "_db._tcp.rabbitmq."+ns+".svc.cluster.local.") || !strings.Contains(a.out.String(), ":3306") {
+		t.Errorf("the SRV answer (named port db) is not in the summary:\n%s", a.out.String())
 	}
 }
 

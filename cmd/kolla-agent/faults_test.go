@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The API server is killed and restarted while the agent waits: the agent
+// The API server is killed (SIGKILL) and restarted while the agent waits: the agent
 // reports it, resumes its watches, and finishes when the Job completes.
 func TestAPIServerRestart(t *testing.T) {
 	ns := namespace(t)
@@ -21,7 +21,7 @@ func TestAPIServerRestart(t *testing.T) {
 	a.waitLog("nova-db-sync (active")
 	a.waitLog("dependency ready")
 
-	if err := s.env.StopAPIServer(); err != nil {
+	if err := s.env.KillAPIServer(); err != nil {
 		t.Fatal(err)
 	}
 	a.waitLog("unhealthy")
