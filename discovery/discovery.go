@@ -264,19 +264,36 @@ func (w *Waiter) poll(ctx context.Context, d Dependency, report func(Observation
 		if ctx.Err() != nil {
 			return ctx.Err() // the look was cut short: its observation means nothing
 		}
-		report(o)
-		switch o.State {
-		case Ready:
-			return nil
-		case Failed:
-			return fmt.Errorf("%w: %s: %s", ErrFailed, d, o.Detail)
+		if done, err := settle(d, o, report); done {
+			return err
 		}
-		t := w.clock.NewTimer(b.Step())
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !w.sleep(ctx, b.Step()) {
 			return ctx.Err()
-		case <-t.C():
 		}
+	}
+}
+
+// settle reports an observation and says whether the wait for d is over:
+// ready (nil) or failed (an error wrapping ErrFailed).
+func settle(d Dependency, o Observation, report func(Observation)) (bool, error) {
+	report(o)
+	switch o.State {
+	case Ready:
+		return true, nil
+	case Failed:
+		return true, fmt.Errorf("%w: %s: %s", ErrFailed, d, o.Detail)
+	}
+	return false, nil
+}
+
+// sleep waits for d on the waiter's clock; false if ctx ended first.
+func (w *Waiter) sleep(ctx context.Context, d time.Duration) bool {
+	t := w.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C():
+		return true
 	}
 }

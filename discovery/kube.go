@@ -122,12 +122,14 @@ func apiTrouble(report func(Observation)) func(string, error) {
 // which polls every 100 ms: most of the run time of an agent whose
 // dependencies are already met.
 func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Observation), lw cache.ListerWatcher, objType runtime.Object, eval func([]any) Observation) error {
+	ctx, cancel := context.WithCancel(ctx) // also ends waitSynced's goroutine
+	defer cancel()
 	store, informer, watcher, done := watchtools.NewIndexerInformerWatcherWithLogger(klog.FromContext(ctx), lw, objType)
 	defer func() {
 		watcher.Stop()
 		<-done
 	}()
-	synced := waitSynced(ctx, informer.HasSynced)
+	synced := w.waitSynced(ctx, informer.HasSynced)
 	isSynced := false
 	for {
 		select {
@@ -143,30 +145,21 @@ func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Obser
 				continue
 			}
 		}
-		o := eval(store.List())
-		report(o)
-		switch o.State {
-		case Ready:
-			return nil
-		case Failed:
-			return fmt.Errorf("%w: %s: %s", ErrFailed, d, o.Detail)
+		if done, err := settle(d, eval(store.List()), report); done {
+			return err
 		}
 	}
 }
 
 // waitSynced closes the returned channel once hasSynced is true, looking
 // every millisecond at first and backing off to 50 ms.
-func waitSynced(ctx context.Context, hasSynced func() bool) <-chan struct{} {
+func (w *Waiter) waitSynced(ctx context.Context, hasSynced func() bool) <-chan struct{} {
 	ch := make(chan struct{})
 	go func() {
 		b := wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 50 * time.Millisecond}
 		for !hasSynced() {
-			t := time.NewTimer(b.Step())
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !w.sleep(ctx, b.Step()) {
 				return
-			case <-t.C:
 			}
 		}
 		close(ch)
@@ -317,12 +310,8 @@ func (w *Waiter) nodeName(ctx context.Context, report func(Observation)) (string
 			w.node.name = p.Spec.NodeName
 			return w.node.name, nil
 		}
-		t := w.clock.NewTimer(b.Step())
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !w.sleep(ctx, b.Step()) {
 			return "", ctx.Err()
-		case <-t.C():
 		}
 	}
 }

@@ -14,14 +14,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -34,12 +31,14 @@ import (
 type suite struct {
 	bin string
 	env *testenv.Env
-	seq atomic.Int64
 }
 
 var s suite // set once in TestMain, read-only after
 
 func TestMain(m *testing.M) {
+	// client-go's own logs in this process (the tests' watches, cancelled at
+	// the end of each test) are noise here; the agent's logs are the subject.
+	klog.SetLogger(logr.Discard())
 	code, err := setup(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)
@@ -48,10 +47,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// setup builds the agent and starts the control plane; both are removed when
+// the tests end (testenv.Main would exit before the binary could be).
 func setup(m *testing.M) (int, error) {
-	// client-go's own logs in this process (the tests' watches, cancelled at
-	// the end of each test) are noise here; the agent's logs are the subject.
-	klog.SetLogger(logr.Discard())
 	dir, err := os.MkdirTemp("", "kolla-agent-e2e-")
 	if err != nil {
 		return 0, err
@@ -81,19 +79,7 @@ func ctxT(t testing.TB) context.Context {
 }
 
 // namespace creates a fresh namespace for one test.
-func namespace(t testing.TB) string {
-	t.Helper()
-	name := fmt.Sprintf("t%d-%s", s.seq.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
-	if len(name) > 60 {
-		name = name[:60]
-	}
-	name = strings.TrimRight(name, "-")
-	_, err := client().CoreV1().Namespaces().Create(ctxT(t), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return name
-}
+func namespace(t testing.TB) string { return s.env.Namespace(t) }
 
 // agent is one kolla-agent process under test.
 type agentProc struct {
