@@ -76,6 +76,11 @@ type Plan struct {
 	// COMMAND); nil means exit 0.
 	Command                []string
 	TerminationMessagePath string
+	// Config is the agent.yaml the plan came from (nil in kubernetes-entrypoint
+	// mode and for `wait`): its render and run sections.
+	Config *config.Config
+	// ExplicitConfig: --config was given, which turns kolla mode off.
+	ExplicitConfig bool
 }
 
 // Agent runs a Plan.
@@ -146,6 +151,8 @@ func (a *Agent) LoadPlan() (*Plan, error) {
 		return nil, configErr("%s: %v", source, err)
 	}
 	p := &Plan{
+		Config:                 cfg,
+		ExplicitConfig:         a.opts.ConfigPath != "",
 		Source:                 source,
 		Namespace:              cfg.Namespace,
 		PodName:                a.env("POD_NAME"),
@@ -370,7 +377,7 @@ func (a *Agent) reportFailure(p *Plan, kube *discovery.Kube, reason string, err 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if eerr := postEvent(ctx, kube.Core, p.Namespace, p.PodName, reason, msg); eerr != nil {
+	if eerr := postEvent(ctx, kube, p.Namespace, p.PodName, reason, msg); eerr != nil {
 		a.log.Warn("could not post the failure as an Event on the pod", "pod", p.Namespace+"/"+p.PodName, "error", eerr.Error())
 	}
 }

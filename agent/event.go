@@ -6,14 +6,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+
+	"github.com/kolla-agent/kolla-agent/discovery"
 )
 
 // postEvent posts one Warning Event on the agent's own pod, synchronously: the
 // process is about to exit, and client-go's event recorders deliver
 // asynchronously from a queue that would have to be flushed first.
-func postEvent(ctx context.Context, core corev1client.CoreV1Interface, ns, pod, reason, msg string) error {
-	p, err := core.Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+func postEvent(ctx context.Context, kube *discovery.Kube, ns, pod, reason, msg string) error {
+	p, err := kube.Pod(ctx, ns, pod)
 	if err != nil {
 		return err
 	}
@@ -34,6 +35,5 @@ func postEvent(ctx context.Context, core corev1client.CoreV1Interface, ns, pod, 
 		ReportingInstance:   pod,
 		Action:              "Wait",
 	}
-	_, err = core.Events(ns).Create(ctx, ev, metav1.CreateOptions{})
-	return err
+	return kube.CreateEvent(ctx, ev)
 }

@@ -16,7 +16,7 @@ import (
 func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.namespace(d)
 	var ds *appsv1.DaemonSet
-	lw := newListWatch(w.cfg.Kube.Apps.DaemonSets(ns), byName(d.Name), apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.daemonSets(ns), byName(d.Name), apiTrouble(report))
 	err := w.watchUntil(ctx, d, notFinal(report), lw, &appsv1.DaemonSet{}, func(objs []any) Observation {
 		for _, o := range objs {
 			if x, ok := o.(*appsv1.DaemonSet); ok {
@@ -43,7 +43,7 @@ func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Ob
 	// By label, not spec.nodeName: a DaemonSet pod exists before the scheduler
 	// binds it, targeted at its node by node affinity, and a field selector on
 	// nodeName would miss it and count the node as having no pod.
-	lw = newListWatch(w.cfg.Kube.Core.Pods(ns), selector{label: sel.String()}, apiTrouble(report))
+	lw = newListWatch(w.cfg.Kube.pods(ns), selector{label: sel.String()}, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
 		return daemonPodObservation(ds, podsOf(objs), node)
 	})

@@ -22,7 +22,7 @@ func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observa
 		sel = selector{label: labels.SelectorFromSet(d.Labels).String()}
 		what = "jobs " + ns + "/" + sel.label
 	}
-	lw := newListWatch(w.cfg.Kube.Batch.Jobs(ns), sel, apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.jobs(ns), sel, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, &batchv1.Job{}, func(objs []any) Observation {
 		return jobsObservation(objs, what)
 	})

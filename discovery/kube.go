@@ -15,54 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	k8sdiscovery "k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	appsv1client "k8s.io/client-go/kubernetes/typed/apps/v1"
-	batchv1client "k8s.io/client-go/kubernetes/typed/batch/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	discoveryv1client "k8s.io/client-go/kubernetes/typed/discovery/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/klog/v2"
 )
-
-// Kube holds the API clients the checks use. Only the typed groups the agent
-// needs are linked in: the full clientset reaches every API group and costs
-// megabytes of binary.
-type Kube struct {
-	Core      corev1client.CoreV1Interface
-	Batch     batchv1client.BatchV1Interface
-	Apps      appsv1client.AppsV1Interface
-	Slices    discoveryv1client.DiscoveryV1Interface
-	Dynamic   dynamic.Interface
-	Resources k8sdiscovery.ServerResourcesInterface
-}
-
-// NewKube builds the clients from one rest.Config.
-func NewKube(cfg *rest.Config) (*Kube, error) {
-	var k Kube
-	var err error
-	if k.Core, err = corev1client.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
-	if k.Batch, err = batchv1client.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
-	if k.Apps, err = appsv1client.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
-	if k.Slices, err = discoveryv1client.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
-	if k.Dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
-	if k.Resources, err = k8sdiscovery.NewDiscoveryClientForConfig(cfg); err != nil {
-		return nil, err
-	}
-	return &k, nil
-}
 
 // lister is the pair of calls a watch needs; every typed and dynamic client
 // for one namespace has it.
@@ -221,7 +177,7 @@ func (w *Waiter) waitPods(ctx context.Context, d Dependency, report func(Observa
 		sel.field = fields.OneTermEqualSelector("spec.nodeName", node).String()
 		where = " on node " + node
 	}
-	lw := newListWatch(w.cfg.Kube.Core.Pods(ns), sel, apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.pods(ns), sel, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
 		return podsObservation(podsOf(objs), where)
 	})
@@ -244,7 +200,7 @@ func podsObservation(pods []*corev1.Pod, where string) Observation {
 // waitContainer: a named container of the agent's own pod is ready.
 func (w *Waiter) waitContainer(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.cfg.Namespace
-	lw := newListWatch(w.cfg.Kube.Core.Pods(ns), byName(w.cfg.PodName), apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.pods(ns), byName(w.cfg.PodName), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
 		pods := podsOf(objs)
 		if len(pods) == 0 {
@@ -298,7 +254,7 @@ func (w *Waiter) nodeName(ctx context.Context, report func(Observation)) (string
 	}
 	b := backoff()
 	for {
-		p, err := w.cfg.Kube.Core.Pods(w.cfg.Namespace).Get(ctx, w.cfg.PodName, metav1.GetOptions{})
+		p, err := w.cfg.Kube.Pod(ctx, w.cfg.Namespace, w.cfg.PodName)
 		switch {
 		case ctx.Err() != nil:
 			return "", ctx.Err()

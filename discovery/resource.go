@@ -23,7 +23,7 @@ func (w *Waiter) waitResource(ctx context.Context, d Dependency, report func(Obs
 	// Which resource serves the kind, and whether it is namespaced, is asked of
 	// the API's discovery; a CRD installed later is waited for.
 	err := w.poll(ctx, d, notFinal(report), func(ctx context.Context) Observation {
-		list, err := w.cfg.Kube.Resources.ServerResourcesForGroupVersion(gv.String())
+		list, err := w.cfg.Kube.apiResources(ctx, gv)
 		switch {
 		case apierrors.IsNotFound(err):
 			return waiting("API %s is not served (CRD not installed yet?)", gv)
@@ -41,11 +41,11 @@ func (w *Waiter) waitResource(ctx context.Context, d Dependency, report func(Obs
 	if err != nil {
 		return err
 	}
-	var ri dynamic.ResourceInterface = w.cfg.Kube.Dynamic.Resource(gvr)
+	var ri dynamic.ResourceInterface = w.cfg.Kube.dynamic.Resource(gvr)
 	what := gvr.Resource + " " + d.Name
 	if namespaced {
 		ns := w.namespace(d)
-		ri = w.cfg.Kube.Dynamic.Resource(gvr).Namespace(ns)
+		ri = w.cfg.Kube.dynamic.Resource(gvr).Namespace(ns)
 		what = gvr.Resource + " " + ns + "/" + d.Name
 	}
 	lw := newListWatch[*unstructured.UnstructuredList](ri, byName(d.Name), apiTrouble(report))

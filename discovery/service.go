@@ -20,7 +20,7 @@ func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Obse
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var fallback atomic.Bool
-	lw := newListWatch(w.cfg.Kube.Slices.EndpointSlices(ns),
+	lw := newListWatch(w.cfg.Kube.endpointSlices(ns),
 		selector{label: discoveryv1.LabelServiceName + "=" + d.Name},
 		func(op string, err error) {
 			// With client-go's watch-list the first request is a WATCH, so a
@@ -39,7 +39,7 @@ func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Obse
 	if !fallback.Load() || ctx.Err() != nil {
 		return err
 	}
-	lw = newListWatch(w.cfg.Kube.Core.Endpoints(ns), byName(d.Name), apiTrouble(report))
+	lw = newListWatch(w.cfg.Kube.endpoints(ns), byName(d.Name), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, &corev1.Endpoints{}, endpointsObservation)
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,49 @@ type Config struct {
 	Dependencies Dependencies `json:"dependencies,omitempty"`
 	// TerminationMessagePath receives the reason the agent stopped the pod.
 	TerminationMessagePath string `json:"terminationMessagePath,omitempty"`
+	// Render lists templates to render before the service starts.
+	Render []RenderItem `json:"render,omitempty"`
+	// RenderOptions bound what templates may read and how long they wait.
+	RenderOptions RenderOptions `json:"renderOptions,omitempty"`
+	// Run says how `kolla-agent run` starts the service.
+	Run Run `json:"run,omitempty"`
+}
+
+// RenderItem is one template: src is a Go text/template, dest the file it
+// renders to.
+type RenderItem struct {
+	Src   string `json:"src"`
+	Dest  string `json:"dest"`
+	Owner string `json:"owner,omitempty"` // user[:group]
+	Perm  string `json:"perm,omitempty"`  // octal, default 0644
+}
+
+// RenderOptions is the renderOptions: section.
+type RenderOptions struct {
+	// AllowFiles lists the directories `file` and `secret` may read from.
+	AllowFiles []string `json:"allowFiles,omitempty"`
+	// Timeout bounds how long a template waits for a discovered value.
+	Timeout string `json:"timeout,omitempty"`
+}
+
+// Run is the run: section.
+type Run struct {
+	// Command is the service, split like a shell would; `run -- CMD` and
+	// kolla's config.json command take its place when given.
+	Command string `json:"command,omitempty"`
+	// User and Group to run the service as (names or ids).
+	User  string `json:"user,omitempty"`
+	Group string `json:"group,omitempty"`
+	// Grace is how long the service has between SIGTERM and SIGKILL.
+	Grace string `json:"grace,omitempty"`
+	// Bootstrap and Upgrade run instead of the service when KOLLA_BOOTSTRAP
+	// or KOLLA_UPGRADE is in the environment (kolla's extend_start.sh).
+	Bootstrap string `json:"bootstrap,omitempty"`
+	Upgrade   string `json:"upgrade,omitempty"`
+	// Supervise: "auto" (default) keeps the agent as the service's parent
+	// when it is PID 1 (someone must reap zombies) and execs the service
+	// otherwise; "always" or "never" force it.
+	Supervise string `json:"supervise,omitempty"`
 }
 
 // Dependencies is the dependencies: section.
@@ -101,6 +145,9 @@ func Parse(name string, b []byte) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if _, err := c.Deps(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := c.validateRun(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return &c, nil
@@ -181,4 +228,49 @@ func cleanYAMLError(err error) string {
 		s = s[:i] + "field " + field + " (want " + tail + ")"
 	}
 	return s
+}
+
+func (c *Config) validateRun() error {
+	for i, r := range c.Render {
+		f := fmt.Sprintf("render[%d]", i)
+		switch {
+		case r.Src == "":
+			return fmt.Errorf("%s.src: empty", f)
+		case r.Dest == "":
+			return fmt.Errorf("%s.dest: empty", f)
+		}
+		if r.Perm != "" {
+			if _, err := strconv.ParseUint(strings.TrimPrefix(r.Perm, "0o"), 8, 32); err != nil {
+				return fmt.Errorf("%s.perm: %q is not an octal mode", f, r.Perm)
+			}
+		}
+	}
+	if _, err := parseDuration("renderOptions.timeout", c.RenderOptions.Timeout); err != nil {
+		return err
+	}
+	if _, err := parseDuration("run.grace", c.Run.Grace); err != nil {
+		return err
+	}
+	switch c.Run.Supervise {
+	case "", "auto", "always", "never":
+	default:
+		return fmt.Errorf("run.supervise: %q (want auto, always or never)", c.Run.Supervise)
+	}
+	return nil
+}
+
+// Grace is run.grace, defaulted to 30s (the kubelet's default grace period).
+func (c *Config) Grace() time.Duration {
+	if d, err := parseDuration("", c.Run.Grace); err == nil && d > 0 {
+		return d
+	}
+	return 30 * time.Second
+}
+
+// RenderTimeout is renderOptions.timeout, defaulted to the dependency timeout.
+func (c *Config) RenderTimeout() time.Duration {
+	if d, err := parseDuration("", c.RenderOptions.Timeout); err == nil && d > 0 {
+		return d
+	}
+	return c.Timeout()
 }

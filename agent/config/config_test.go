@@ -55,6 +55,30 @@ dependencies:
 	}
 }
 
+func TestParseRun(t *testing.T) {
+	c, err := Parse("agent.yaml", []byte(`
+render:
+  - {src: /etc/kolla-agent/keystone.conf.tmpl, dest: /etc/keystone/keystone.conf, owner: keystone, perm: "0640"}
+renderOptions: {allowFiles: [/etc/keystone/secrets], timeout: 90s}
+run:
+  command: keystone-api --config-file /etc/keystone/keystone.conf
+  user: keystone
+  grace: 10s
+  bootstrap: keystone-manage db_sync
+  supervise: always
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Grace() != 10*time.Second || c.RenderTimeout() != 90*time.Second || c.Run.Bootstrap != "keystone-manage db_sync" || c.Render[0].Perm != "0640" {
+		t.Errorf("parsed %+v", c)
+	}
+	d, _ := Default()
+	if d.Grace() != 30*time.Second || d.RenderTimeout() != DefaultTimeout {
+		t.Errorf("defaults: grace %v, render timeout %v", d.Grace(), d.RenderTimeout())
+	}
+}
+
 func TestDefault(t *testing.T) {
 	c, err := Default()
 	if err != nil {
@@ -86,6 +110,13 @@ func TestParseBad(t *testing.T) {
 		{"bad status code", "dependencies:\n  wait:\n    - {wait: \"http://a/\", expectStatus: [200, 999]}\n", "dependencies.wait[0].expectStatus[1]: 999"},
 		{"wait not a list", "dependencies:\n  wait: service:a\n", "agent.yaml: "},
 		{"namespace of wrong type", "namespace: [a]\n", "agent.yaml: "},
+		{"render without src", "render:\n  - {dest: /etc/a}\n", "render[0].src: empty"},
+		{"render without dest", "render:\n  - {src: /a}\n", "render[0].dest: empty"},
+		{"render bad perm", "render:\n  - {src: /a, dest: /b, perm: \"0999\"}\n", `render[0].perm: "0999"`},
+		{"render unknown field", "render:\n  - {src: /a, dest: /b, mode: \"0600\"}\n", `unknown field "mode"`},
+		{"bad grace", "run:\n  grace: forever\n", `run.grace: "forever"`},
+		{"bad supervise", "run:\n  supervise: sometimes\n", `run.supervise: "sometimes"`},
+		{"bad render timeout", "renderOptions:\n  timeout: x\n", `renderOptions.timeout: "x"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("agent.yaml", []byte(tc.yaml))

@@ -12,10 +12,12 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -335,6 +337,59 @@ func eventually(t testing.TB, what string, cond func() bool) {
 		case <-ctx.Done():
 			t.Fatalf("timed out waiting for %s", what)
 		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// A Role that grants Endpoints but not EndpointSlices (written for older
+// clusters): the service check falls back to the Endpoints object, which the
+// real endpoints controller maintains.
+func TestServiceFallsBackToEndpoints(t *testing.T) {
+	ns := namespace(t)
+	mkService(t, ns, "mariadb", false, map[string]string{"app": "mariadb"})
+	mkPod(t, ns, "mariadb-0", map[string]string{"app": "mariadb"})
+	setReady(t, ns, "mariadb-0", "10.10.6.1", true)
+	env := agentEnv(t, ns)
+
+	roles := client().RbacV1().Roles(ns)
+	role, err := roles.Get(ctxT(t), "kolla-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := role.Rules[:0]
+	for _, r := range role.Rules {
+		if len(r.Resources) == 1 && r.Resources[0] == "endpointslices" {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	role.Rules = kept
+	if _, err := roles.Update(ctxT(t), role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The authorizer follows the Role through an informer: wait until the
+	// agent's token is refused EndpointSlices.
+	var kubeconfig string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "KUBECONFIG="); ok {
+			kubeconfig = v
+		}
+	}
+	cfg, err := testenv.LoadKubeconfig(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := kubernetes.NewForConfigOrDie(cfg)
+	eventually(t, "EndpointSlices forbidden", func() bool {
+		_, err := sa.DiscoveryV1().EndpointSlices(ns).List(ctxT(t), metav1.ListOptions{})
+		return apierrors.IsForbidden(err)
+	})
+
+	a := startAgent(t, env, "wait", "--timeout", "1m", "service:mariadb")
+	a.wantExit(0)
+	for _, want := range []string{"falling back to Endpoints", "1 of 1 endpoints ready: 10.10.6.1"} {
+		if !strings.Contains(a.out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, a.out.String())
 		}
 	}
 }
