@@ -5,18 +5,31 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
 )
 
 // Exec replaces the agent with command (kubernetes-entrypoint's COMMAND): the
 // service becomes the container's main process and the agent costs nothing
 // after it. It returns only on failure.
-func Exec(command []string) error {
+func Exec(command []string) error { return execEnv(command, os.Environ()) }
+
+func execEnv(command, env []string) error {
 	path, err := exec.LookPath(command[0])
 	if err != nil {
-		return configErr("COMMAND %q: %v", command[0], err)
+		return configErr("command %q: %v", command[0], err)
 	}
-	if err := syscall.Exec(path, command, os.Environ()); err != nil {
+	if err := syscall.Exec(path, command, env); err != nil {
 		return fmt.Errorf("exec %s: %w", path, err)
 	}
 	return nil
+}
+
+// config0 is the plan's agent.yaml, or an empty one where there is none
+// (kubernetes-entrypoint mode).
+func config0(p *Plan) *config.Config {
+	if p.Config != nil {
+		return p.Config
+	}
+	return &config.Config{}
 }

@@ -175,6 +175,9 @@ type Resolver struct {
 // server, each an IP address with a port; the cluster domain must be a DNS
 // name and the namespace a DNS label. When ClusterDomain (or Namespace) is
 // empty it is taken from a search entry <ns>.svc.<domain>.
+// ClusterDomain is the cluster's DNS domain ("" outside a cluster).
+func (r *Resolver) ClusterDomain() string { return r.domain }
+
 func NewResolver(cfg DNSConfig) (*Resolver, error) {
 	if len(cfg.Servers) == 0 {
 		return nil, errors.New("dns config: no DNS server")

@@ -45,6 +45,14 @@ Commands:
                        kubernetes-entrypoint DEPENDENCY_* variables), then exit
   wait [--timeout D] DEP...
                        wait for the given dependencies, then exit
+  render [--check | --dry-run]
+                       render kolla's config.json (in kolla mode) and the
+                       templates of agent.yaml; --check: exit 1 listing what
+                       differs on disk; --dry-run: list what would change
+  run [-- CMD...]      wait, render, then run the service (CMD, run.command of
+                       agent.yaml, or kolla's command), or kolla's bootstrap or
+                       upgrade command when KOLLA_BOOTSTRAP/KOLLA_UPGRADE is set;
+                       exits with the service's code (128+N if signal N killed it)
   version              print the version
 
 With no command and kubernetes-entrypoint variables (DEPENDENCY_*, COMMAND) set,
@@ -102,6 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	var timeout time.Duration
+	var check, dryRun bool
 	fs := flag.NewFlagSet("kolla-agent "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	g.register(fs)
@@ -119,6 +128,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.DurationVar(&timeout, "timeout", 0, "overall timeout, overriding the config's")
 		fs.Usage = func() {
 			fmt.Fprint(stderr, "Usage: kolla-agent init [flags]\n\nWaits for the dependencies in the config, then exits (or execs kubernetes-entrypoint's COMMAND).\n\n")
+			fs.PrintDefaults()
+		}
+	case "render":
+		fs.BoolVar(&check, "check", false, "compare the rendered files with the disk; exit 1 listing the differences")
+		fs.BoolVar(&dryRun, "dry-run", false, "list what would change, writing nothing")
+		fs.BoolVar(&dryRun, "diff", false, "same as --dry-run")
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent render [--check | --dry-run]\n\n")
+			fs.PrintDefaults()
+		}
+	case "run":
+		fs.DurationVar(&timeout, "timeout", 0, "overall dependency timeout, overriding the config's")
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent run [flags] [-- CMD...]\n\nWaits, renders, then runs the service and exits with its code.\n\n")
 			fs.PrintDefaults()
 		}
 	case "":
@@ -160,22 +183,57 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Stderr:                 stderr,
 	})
 	var plan *agent.Plan
-	if cmd == "wait" {
+	switch {
+	case cmd == "wait":
 		plan, err = a.WaitPlan(fs.Args())
-	} else {
-		if fs.NArg() > 0 {
-			fmt.Fprintf(stderr, "kolla-agent init: unexpected arguments %q\n", fs.Args())
-			return exitConfig
-		}
+	case cmd != "run" && fs.NArg() > 0:
+		fmt.Fprintf(stderr, "kolla-agent %s: unexpected arguments %q\n", cmd, fs.Args())
+		return exitConfig
+	default:
 		plan, err = a.LoadPlan()
 	}
-	if err == nil {
-		err = a.Wait(ctx, plan)
+	if err != nil {
+		return exitCode(logger, err)
 	}
+	switch cmd {
+	case "render":
+		return render(ctx, a, plan, check, dryRun, stdout, logger)
+	case "run":
+		code, err := a.RunService(ctx, plan, fs.Args())
+		if err != nil {
+			return exitCode(logger, err)
+		}
+		return code
+	}
+	err = a.Wait(ctx, plan)
 	if err == nil && len(plan.Command) > 0 {
 		err = agent.Exec(plan.Command)
 	}
 	return exitCode(logger, err)
+}
+
+func render(ctx context.Context, a *agent.Agent, plan *agent.Plan, check, dryRun bool, stdout io.Writer, log *slog.Logger) int {
+	mode := agent.RenderApply
+	switch {
+	case check && dryRun:
+		log.Error("bad configuration", "error", "--check and --dry-run exclude each other")
+		return exitConfig
+	case check:
+		mode = agent.RenderCheck
+	case dryRun:
+		mode = agent.RenderDryRun
+	}
+	_, diffs, err := a.Render(ctx, plan, mode)
+	if err != nil {
+		return exitCode(log, err)
+	}
+	for _, d := range diffs {
+		fmt.Fprintf(stdout, "%s: %s (want %s, have %s)\n", d.Path, d.What, d.Want, d.Got)
+	}
+	if check && len(diffs) > 0 {
+		return exitConfig
+	}
+	return exitOK
 }
 
 func exitCode(log *slog.Logger, err error) int {

@@ -144,6 +144,11 @@ func startAgent(t testing.TB, env []string, args ...string) *agentProc {
 			a.code = 0
 		case errors.As(err, &ee):
 			a.code = ee.ExitCode()
+			// Killed by a signal (the agent exec'd a service that died of
+			// one): report it as the container runtime does, 128+N.
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				a.code = 128 + int(ws.Signal())
+			}
 		default:
 			a.code = -1
 		}

@@ -1,0 +1,294 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/google/shlex"
+
+	"github.com/kolla-agent/kolla-agent/agent/render"
+	"github.com/kolla-agent/kolla-agent/agent/supervise"
+	"github.com/kolla-agent/kolla-agent/discovery"
+)
+
+// RenderMode says what Render does with what it would write.
+type RenderMode int
+
+const (
+	RenderApply  RenderMode = iota // write it
+	RenderCheck                    // compare it with the disk
+	RenderDryRun                   // list what would change
+)
+
+// kolla loads kolla's config.json (or config.yaml) when kolla mode applies:
+// no --config, and the file is in the kolla config dir. Nil when not.
+func (a *Agent) kolla(p *Plan) (*render.KollaConfig, error) {
+	if p.ExplicitConfig {
+		return nil, nil
+	}
+	path, err := render.FindKolla(a.opts.Root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case err != nil:
+		return nil, configErr("%v", err)
+	}
+	c, err := render.LoadKolla(path)
+	if err != nil {
+		return nil, configErr("%v", err)
+	}
+	return c, nil
+}
+
+// Render renders kolla's config.json (kolla mode) and then the templates of
+// agent.yaml. In check and dry-run modes nothing is written and the
+// differences are returned. The kolla config, if any, is returned for its
+// command.
+func (a *Agent) Render(ctx context.Context, p *Plan, mode RenderMode) (*render.KollaConfig, []render.Difference, error) {
+	kc, err := a.kolla(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	var diffs []render.Difference
+	if kc != nil {
+		strategy := a.env("KOLLA_CONFIG_STRATEGY")
+		if strategy == "" {
+			strategy = "COPY_ALWAYS" // what kolla-kubernetes sets; kolla itself refuses an unset one
+		}
+		plan, err := render.PlanKolla(kc, render.KollaOptions{Root: a.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Logger: a.log})
+		if err != nil {
+			return nil, nil, configErr("%v", err)
+		}
+		switch mode {
+		case RenderApply:
+			if err := plan.Apply(); err != nil {
+				return nil, nil, fmt.Errorf("render: %w", err)
+			}
+		case RenderCheck:
+			if diffs, err = plan.Check(); err != nil {
+				return nil, nil, err
+			}
+		case RenderDryRun:
+			if diffs, err = plan.Changes(); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	items := config0(p).Render
+	if len(items) == 0 {
+		return kc, diffs, nil
+	}
+	o := a.templateOptions(p)
+	ts := make([]render.TemplateItem, len(items))
+	for i, it := range items {
+		ts[i] = render.TemplateItem{Src: it.Src, Dest: it.Dest, Owner: it.Owner, Perm: it.Perm}
+	}
+	files, err := render.RenderTemplates(ctx, ts, o)
+	if err != nil {
+		return nil, nil, templateErr(p, err)
+	}
+	if mode == RenderApply {
+		if err := render.WriteTemplates(files); err != nil {
+			return nil, nil, fmt.Errorf("render: %w", err)
+		}
+		return kc, diffs, nil
+	}
+	return kc, append(diffs, templateDiffs(files)...), nil
+}
+
+// templateOptions gives templates the pod's environment, the cluster's DNS
+// (when it can be reached: a template that asks DNS without it fails, one
+// that does not, renders) and the config's limits.
+func (a *Agent) templateOptions(p *Plan) render.TemplateOptions {
+	c := config0(p)
+	o := render.TemplateOptions{
+		LookupEnv:       a.opts.LookupEnv,
+		AllowedFileDirs: c.RenderOptions.AllowFiles,
+		Timeout:         c.RenderTimeout(),
+		Root:            a.opts.Root,
+		Logger:          a.log,
+	}
+	if r, err := a.resolver(p.Namespace); err == nil {
+		o.Resolver, o.ClusterDomain = r, r.ClusterDomain()
+	} else {
+		a.log.Debug("templates get no DNS", "error", err.Error())
+	}
+	return o
+}
+
+// templateErr: a discovered value that never came is a wait failure (exit 2);
+// anything else about a template is bad input (exit 1). Both name the config.
+func templateErr(p *Plan, err error) error {
+	err = fmt.Errorf("%s: %w", p.Source, err)
+	if errors.Is(err, discovery.ErrTimeout) {
+		return err
+	}
+	return &ConfigError{Err: err}
+}
+
+// templateDiffs compares rendered templates with the files on disk.
+func templateDiffs(files []render.RenderedTemplate) []render.Difference {
+	var diffs []render.Difference
+	for _, f := range files {
+		fi, err := os.Stat(f.Path)
+		if err != nil {
+			diffs = append(diffs, render.Difference{Path: f.Item.Dest, What: "missing", Want: "file", Got: "nothing"})
+			continue
+		}
+		if b, err := os.ReadFile(f.Path); err != nil || !bytes.Equal(b, f.Data) {
+			diffs = append(diffs, render.Difference{Path: f.Item.Dest, What: "content", Want: fmt.Sprintf("%d bytes", len(f.Data)), Got: fmt.Sprintf("%d bytes", len(b))})
+		}
+		if fi.Mode().Perm() != f.Mode.Perm() {
+			diffs = append(diffs, render.Difference{Path: f.Item.Dest, What: "mode", Want: f.Mode.Perm().String(), Got: fi.Mode().Perm().String()})
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && ((f.UID >= 0 && int(st.Uid) != f.UID) || (f.GID >= 0 && int(st.Gid) != f.GID)) {
+			diffs = append(diffs, render.Difference{Path: f.Item.Dest, What: "owner", Want: fmt.Sprintf("%d:%d", f.UID, f.GID), Got: fmt.Sprintf("%d:%d", st.Uid, st.Gid)})
+		}
+	}
+	return diffs
+}
+
+// RunService is `kolla-agent run [-- CMD...]`: wait, render, then run the
+// service (or kolla's bootstrap/upgrade command) and return its exit code.
+func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, error) {
+	if err := a.Wait(ctx, p); err != nil {
+		return 0, err
+	}
+	kc, _, err := a.Render(ctx, p, RenderApply)
+	if err != nil {
+		a.reportFailure(p, nil, "RenderFailed", err)
+		return 0, err
+	}
+	command, err := a.command(p, kc, args)
+	if err != nil {
+		return 0, err
+	}
+	if len(command) == 0 {
+		return 0, configErr("run: no command: give one after --, in run.command of agent.yaml, or in kolla's config.json")
+	}
+	run := config0(p).Run
+	cred, err := supervise.LookupCredential(a.opts.Root, run.User, run.Group)
+	if err != nil {
+		return 0, configErr("run.user/run.group: %v", err)
+	}
+	env := a.childEnv(cred)
+	if !a.supervise(run.Supervise) {
+		return 0, execAs(command, env, cred)
+	}
+	s, err := supervise.New(supervise.Config{
+		Command:    command,
+		Env:        env,
+		Credential: cred,
+		Grace:      config0(p).Grace(),
+		Logger:     a.log,
+	})
+	if err != nil {
+		return 0, configErr("run: %v", err)
+	}
+	code, err := s.Run(ctx)
+	if err != nil {
+		// The service could not start (127 not found, 126 not executable):
+		// exit with the code a shell would give, and say why.
+		a.log.Error("service failed to start", "command", command[0], "error", err.Error(), "code", code)
+		a.reportFailure(p, nil, "ServiceStartFailed", err)
+	}
+	return code, nil
+}
+
+// command chooses what to run: kolla's bootstrap or upgrade command when
+// KOLLA_BOOTSTRAP or KOLLA_UPGRADE is in the environment (an empty value
+// counts, as in kolla's extend_start.sh) and one is configured; else the
+// command after --, else run.command, else kolla's config.json command.
+func (a *Agent) command(p *Plan, kc *render.KollaConfig, args []string) ([]string, error) {
+	run := config0(p).Run
+	pick := func(field, s string) ([]string, error) {
+		words, err := shlex.Split(s)
+		if err != nil {
+			return nil, configErr("%s %q: %v", field, s, err)
+		}
+		return words, nil
+	}
+	if _, ok := a.opts.LookupEnv("KOLLA_UPGRADE"); ok && run.Upgrade != "" {
+		a.log.Info("KOLLA_UPGRADE is set: running the upgrade command instead of the service", "command", run.Upgrade)
+		return pick("run.upgrade", run.Upgrade)
+	}
+	if _, ok := a.opts.LookupEnv("KOLLA_BOOTSTRAP"); ok && run.Bootstrap != "" {
+		a.log.Info("KOLLA_BOOTSTRAP is set: running the bootstrap command instead of the service", "command", run.Bootstrap)
+		return pick("run.bootstrap", run.Bootstrap)
+	}
+	switch {
+	case len(args) > 0:
+		return args, nil
+	case run.Command != "":
+		return pick("run.command", run.Command)
+	case kc != nil && kc.Command != "":
+		// kolla splits its command on whitespace and loses quoting; a shell's
+		// rules keep `bash -c 'a b'` whole.
+		return pick("config.json command", kc.Command)
+	}
+	return nil, nil
+}
+
+// supervise decides whether the agent stays as the service's parent. In
+// "auto", it does when it is PID 1, because then it must reap the zombies a
+// service leaves (later: also when probes, logs or reload need it);
+// otherwise it execs the service and costs nothing after.
+func (a *Agent) supervise(mode string) bool {
+	switch mode {
+	case "always":
+		return true
+	case "never":
+		return false
+	}
+	return os.Getpid() == 1
+}
+
+// childEnv is the service's environment: the container's, minus the agent's
+// own variables, with HOME, USER and LOGNAME of the user it runs as (what
+// kolla's `sudo -u` gives it).
+func (a *Agent) childEnv(cred *supervise.Identity) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "KOLLA_AGENT_") {
+			continue
+		}
+		if cred != nil && (strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "USER=") || strings.HasPrefix(kv, "LOGNAME=")) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	if cred != nil {
+		env = append(env, "HOME="+cred.Home, "USER="+cred.Name, "LOGNAME="+cred.Name)
+	}
+	return env
+}
+
+// execAs replaces the agent with the service, as the given user.
+func execAs(command, env []string, cred *supervise.Identity) error {
+	if cred != nil {
+		if err := syscall.Setgroups(toInts(cred.Credential.Groups)); err != nil {
+			return fmt.Errorf("setgroups: %w", err)
+		}
+		if err := syscall.Setgid(int(cred.Credential.Gid)); err != nil {
+			return fmt.Errorf("setgid: %w", err)
+		}
+		if err := syscall.Setuid(int(cred.Credential.Uid)); err != nil {
+			return fmt.Errorf("setuid: %w", err)
+		}
+	}
+	return execEnv(command, env)
+}
+
+func toInts(u []uint32) []int {
+	out := make([]int, len(u))
+	for i, v := range u {
+		out[i] = int(v)
+	}
+	return out
+}
