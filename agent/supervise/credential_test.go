@@ -24,6 +24,7 @@ nova:x:42436:
 keystone:x:42425:
 libvirt:x:42473:nova
 qemu:x:42427:novaish
+numbers:x:7:1234
 `)
 	noFiles := t.TempDir()
 
@@ -41,6 +42,8 @@ qemu:x:42427:novaish
 		{name: "uid of a known user", root: root, user: "42436",
 			want: id("nova", "/var/lib/nova", 42436, 42436, 42436, 42400, 42473)},
 		{name: "unknown uid with a group, no files", root: noFiles, user: "1234", group: "5678",
+			want: id("1234", "/", 1234, 5678, 5678)},
+		{name: "unknown uid is no member", root: root, user: "1234", group: "5678",
 			want: id("1234", "/", 1234, 5678, 5678)},
 		{name: "neither user nor group", root: root},
 

@@ -13,8 +13,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,3 +278,50 @@ func maxOf(d []time.Duration) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// kollaSet makes a --root with a kolla config.json copying n files, whose
+// command is /bin/true.
+func kollaSet(b *testing.B, n int) string {
+	root := b.TempDir()
+	var entries []string
+	for i := range n {
+		name := fmt.Sprintf("file-%03d.conf", i)
+		src := filepath.Join(root, "var/lib/kolla/config_files", name)
+		os.MkdirAll(filepath.Dir(src), 0o755)
+		os.WriteFile(src, []byte(strings.Repeat(fmt.Sprintf("option_%d = value\n", i), 40)), 0o644)
+		entries = append(entries, fmt.Sprintf(`{"source": "/var/lib/kolla/config_files/%s", "dest": "/etc/service/%s", "owner": "root", "perm": "0640"}`, name, name))
+	}
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\n"), 0o644)
+	cfg := `{"command": "/bin/true", "config_files": [` + strings.Join(entries, ",") + `]}`
+	os.WriteFile(filepath.Join(root, "var/lib/kolla/config_files/config.json"), []byte(cfg), 0o644)
+	return root
+}
+
+// Whole-process start overhead of `kolla-agent run` in kolla mode: copy a
+// 20-file config set (COPY_ALWAYS) and exec /bin/true, against exec'ing
+// /bin/true directly, alternating, in the same run.
+func BenchmarkRunKollaStartOverhead(b *testing.B) {
+	root := kollaSet(b, 20)
+	env := []string{"PATH=" + os.Getenv("PATH"), "KOLLA_CONFIG_STRATEGY=COPY_ALWAYS"}
+	run := func(name string, args ...string) time.Duration {
+		c := exec.Command(name, args...)
+		c.Env = env
+		t0 := time.Now()
+		if out, err := c.CombinedOutput(); err != nil {
+			b.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		return time.Since(t0)
+	}
+	var agentT, trueT []time.Duration
+	for range b.N {
+		for range 5 * benchSamples() {
+			agentT = append(agentT, run(s.bin, "--root", root, "run"))
+			trueT = append(trueT, run("/bin/true"))
+		}
+	}
+	b.ReportMetric(ms(median(agentT)), "agent-ms/median")
+	b.ReportMetric(ms(median(trueT)), "bin-true-ms/median")
+	b.ReportMetric(ms(median(agentT)-median(trueT)), "overhead-ms/median")
+}
