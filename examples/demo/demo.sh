@@ -42,4 +42,23 @@ YAML
 echo "--- agent.yaml"; cat "$work/agent.yaml"; echo "---"
 "$BIN" init --config "$work/agent.yaml"
 echo "exit code: $?"
+say "5. kolla mode: config.json from the (pretend) ConfigMap is copied with owner and mode, a template gets the pod's IP, then the service runs"
+kroot="$work/root"
+mkdir -p "$kroot/etc" "$kroot/var/lib/kolla/config_files" "$kroot/etc/kolla-agent"
+printf 'root:x:0:0:root:/root:/bin/sh\nkeystone:x:42425:42425::/var/lib/keystone:/bin/sh\n' >"$kroot/etc/passwd"
+printf 'root:x:0:\nkeystone:x:42425:\n' >"$kroot/etc/group"
+printf '[DEFAULT]\ndebug = False\n' >"$kroot/var/lib/kolla/config_files/keystone.conf"
+printf '[DEFAULT]\nmy_ip = {{ podIP }}\n' >"$kroot/var/lib/kolla/config_files/my_ip.conf.tmpl"
+cat >"$kroot/var/lib/kolla/config_files/config.json" <<JSON
+{"command": "sh -c 'echo service started; cat $kroot/etc/keystone/keystone.conf $kroot/etc/keystone/my_ip.conf'",
+ "config_files": [{"source": "/var/lib/kolla/config_files/keystone.conf", "dest": "/etc/keystone/keystone.conf", "owner": "keystone", "perm": "0600"}]}
+JSON
+cat >"$kroot/etc/kolla-agent/agent.yaml" <<YAML
+render:
+  - {src: /var/lib/kolla/config_files/my_ip.conf.tmpl, dest: /etc/keystone/my_ip.conf, perm: "0644"}
+YAML
+POD_IP=10.0.0.42 KOLLA_CONFIG_STRATEGY=COPY_ALWAYS "$BIN" --root "$kroot" run
+echo "exit code: $?"
+ls -ln "$kroot/etc/keystone/"
+
 say "Done: each dependency was logged once per change of state, and the summary shows how long each took."
