@@ -127,8 +127,13 @@ func agentEnv(t testing.TB, ns string, extra ...rbacv1.PolicyRule) []string {
 
 func startAgent(t testing.TB, env []string, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{t: t, done: make(chan struct{})}
-	a.cmd = exec.Command(s.bin, args...)
+	return startAgentCmd(t, exec.Command(s.bin, args...), env)
+}
+
+// startAgentCmd starts the agent through cmd (a wrapper such as unshare).
+func startAgentCmd(t testing.TB, cmd *exec.Cmd, env []string) *agentProc {
+	t.Helper()
+	a := &agentProc{t: t, done: make(chan struct{}), cmd: cmd}
 	a.cmd.Env = env
 	a.cmd.Stdout = &a.out
 	a.cmd.Stderr = &a.out

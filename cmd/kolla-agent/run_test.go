@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -257,5 +258,40 @@ func TestRunAsUser(t *testing.T) {
 				t.Errorf("id: %q", got)
 			}
 		})
+	}
+}
+
+// As the real PID 1 of a PID namespace (what a container gives it), `run`
+// with supervise: auto stays as the service's parent and reaps the orphans
+// the service leaves behind: 200 of them here, none left as zombies.
+func TestRunAsPID1ReapsOrphans(t *testing.T) {
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Fatalf("unshare (util-linux) is needed to make a PID namespace: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "pid1-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg := agentYAML(t, "run:\n  supervise: auto\n  grace: 5s\n")
+	// Each orphan's parent subshell exits at once, so the sleeper is
+	// re-parented to PID 1. Then count zombies in the namespace.
+	script := `echo $$ > ` + dir + `/svcpid
+for i in $(seq 200); do (sleep 0.05 &); done
+sleep 1
+zombies=0
+for f in /proc/[0-9]*/stat; do
+  set -- $(cat $f 2>/dev/null); [ "$3" = Z ] && zombies=$((zombies+1))
+done
+echo $zombies > ` + dir + `/zombies
+exit 5`
+	c := startAgentCmd(t, exec.Command(unshare, "--pid", "--fork", "--mount-proc", s.bin, "--config", cfg, "run", "--", "sh", "-c", script), plainEnv())
+	c.wantExit(5)
+	if got, _ := os.ReadFile(filepath.Join(dir, "zombies")); strings.TrimSpace(string(got)) != "0" {
+		t.Errorf("zombies left in the namespace: %q\n%s", got, c.out.String())
+	}
+	if got, _ := os.ReadFile(filepath.Join(dir, "svcpid")); strings.TrimSpace(string(got)) == "1" {
+		t.Errorf("the service was PID 1: the agent exec'd it instead of supervising")
 	}
 }
