@@ -38,8 +38,11 @@ fuzz:
 	  done; \
 	done; echo "fuzz: all targets passed"
 
+# The end-to-end benchmarks take repeated samples themselves (one iteration
+# each); the in-process render benchmark needs iterations to be stable.
 bench: tools build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./cmd/... ./discovery/... ./internal/...
+	$(GO) test -run '^$$' -bench . -benchtime 20x -count 3 ./agent/...
 
 demo: build
 	bash examples/demo/demo.sh $(BIN)
