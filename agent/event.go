@@ -4,36 +4,36 @@ import (
 	"context"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/kolla-agent/kolla-agent/discovery"
 )
 
 // postEvent posts one Warning Event on the agent's own pod, synchronously: the
 // process is about to exit, and client-go's event recorders deliver
-// asynchronously from a queue that would have to be flushed first.
+// asynchronously from a queue that would have to be flushed first. The Event
+// is written as its JSON fields: the agent links no typed API objects.
 func postEvent(ctx context.Context, kube *discovery.Kube, ns, pod, reason, msg string) error {
-	p, err := kube.Pod(ctx, ns, pod)
+	ref, err := kube.PodRef(ctx, ns, pod)
 	if err != nil {
 		return err
 	}
-	now := metav1.NewTime(time.Now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: pod + ".", Namespace: ns},
-		InvolvedObject: corev1.ObjectReference{
-			APIVersion: "v1", Kind: "Pod", Namespace: ns, Name: pod, UID: p.UID, ResourceVersion: p.ResourceVersion,
+	now := time.Now().UTC().Format(time.RFC3339)
+	return kube.CreateEvent(ctx, ns, map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Event",
+		"metadata":   map[string]any{"generateName": pod + ".", "namespace": ns},
+		"involvedObject": map[string]any{
+			"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": pod,
+			"uid": ref.UID, "resourceVersion": ref.ResourceVersion,
 		},
-		Reason:              reason,
-		Message:             truncate(msg, 1024),
-		Type:                corev1.EventTypeWarning,
-		Source:              corev1.EventSource{Component: "kolla-agent", Host: p.Spec.NodeName},
-		FirstTimestamp:      now,
-		LastTimestamp:       now,
-		Count:               1,
-		ReportingController: "kolla-agent",
-		ReportingInstance:   pod,
-		Action:              "Wait",
-	}
-	return kube.CreateEvent(ctx, ev)
+		"reason":             reason,
+		"message":            truncate(msg, 1024),
+		"type":               "Warning",
+		"source":             map[string]any{"component": "kolla-agent", "host": ref.NodeName},
+		"firstTimestamp":     now,
+		"lastTimestamp":      now,
+		"count":              int64(1),
+		"reportingComponent": "kolla-agent",
+		"reportingInstance":  pod,
+		"action":             "Wait",
+	})
 }

@@ -3,128 +3,117 @@ package discovery
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
 
-// Kube reaches the API server with REST clients over a scheme that holds only
-// the four API groups the agent reads. client-go's typed clientsets (and its
-// discovery client) register every API group through kubernetes/scheme:
-// about 5 MB of binary for types the agent never sees.
+// Kube reaches the API server through the dynamic client alone, and decodes
+// the few fields the checks read into local structs (objects.go). client-go's
+// typed clientsets register every API group, and k8s.io/api's types bring
+// their generated methods: together about 10 MB of binary the agent does not
+// use.
 type Kube struct {
-	core, apps, batch, slices rest.Interface
-	dynamic                   dynamic.Interface
+	dynamic dynamic.Interface
+	http    *http.Client
+	host    string
 }
+
+// The resources the checks watch.
+var (
+	podsGVR           = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	endpointsGVR      = schema.GroupVersionResource{Version: "v1", Resource: "endpoints"}
+	eventsGVR         = schema.GroupVersionResource{Version: "v1", Resource: "events"}
+	endpointSlicesGVR = schema.GroupVersionResource{Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"}
+	jobsGVR           = schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
+	daemonSetsGVR     = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}
+)
 
 // NewKube builds the clients from one rest.Config. It makes no request.
 func NewKube(cfg *rest.Config) (*Kube, error) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, discoveryv1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return nil, err
-		}
-	}
-	codecs := serializer.NewCodecFactory(scheme).WithoutConversion()
-	client := func(gv schema.GroupVersion) (rest.Interface, error) {
-		c := rest.CopyConfig(cfg)
-		c.GroupVersion = &gv
-		c.APIPath = "/apis"
-		if gv.Group == "" {
-			c.APIPath = "/api"
-		}
-		c.NegotiatedSerializer = codecs
-		return rest.RESTClientFor(c)
-	}
-	var k Kube
-	var err error
-	if k.core, err = client(corev1.SchemeGroupVersion); err != nil {
+	d, err := dynamic.NewForConfig(cfg)
+	if err != nil {
 		return nil, err
 	}
-	if k.apps, err = client(appsv1.SchemeGroupVersion); err != nil {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
 		return nil, err
 	}
-	if k.batch, err = client(batchv1.SchemeGroupVersion); err != nil {
+	return &Kube{dynamic: d, http: hc, host: strings.TrimSuffix(cfg.Host, "/")}, nil
+}
+
+// in lists and watches one resource of one namespace ("" for cluster scope).
+func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister[*unstructured.UnstructuredList] {
+	if ns == "" {
+		return k.dynamic.Resource(gvr)
+	}
+	return k.dynamic.Resource(gvr).Namespace(ns)
+}
+
+// getPod GETs one pod (the agent's own).
+func (k *Kube) getPod(ctx context.Context, ns, name string) (*pod, error) {
+	u, err := k.dynamic.Resource(podsGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
 		return nil, err
 	}
-	if k.slices, err = client(discoveryv1.SchemeGroupVersion); err != nil {
-		return nil, err
+	var p pod
+	return &p, runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p)
+}
+
+// PodRef is what an Event needs to name a pod.
+type PodRef struct{ Namespace, Name, UID, ResourceVersion, NodeName string }
+
+// PodRef GETs the pod and returns its reference.
+func (k *Kube) PodRef(ctx context.Context, ns, name string) (PodRef, error) {
+	p, err := k.getPod(ctx, ns, name)
+	if err != nil {
+		return PodRef{}, err
 	}
-	if k.dynamic, err = dynamic.NewForConfig(cfg); err != nil {
-		return nil, err
-	}
-	return &k, nil
+	return PodRef{Namespace: ns, Name: name, UID: string(p.UID), ResourceVersion: p.ResourceVersion, NodeName: p.Spec.NodeName}, nil
 }
 
-// resource lists and watches one resource of one namespace.
-type resource[L runtime.Object] struct {
-	c        rest.Interface
-	ns, name string
-	newList  func() L
+// CreateEvent posts a core/v1 Event, given as its JSON fields.
+func (k *Kube) CreateEvent(ctx context.Context, ns string, ev map[string]any) error {
+	_, err := k.dynamic.Resource(eventsGVR).Namespace(ns).Create(ctx, &unstructured.Unstructured{Object: ev}, metav1.CreateOptions{})
+	return err
 }
 
-func (r resource[L]) List(ctx context.Context, o metav1.ListOptions) (L, error) {
-	l := r.newList()
-	err := r.c.Get().Namespace(r.ns).Resource(r.name).VersionedParams(&o, metav1.ParameterCodec).Do(ctx).Into(l)
-	return l, err
-}
-
-func (r resource[L]) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-	o.Watch = true
-	return r.c.Get().Namespace(r.ns).Resource(r.name).VersionedParams(&o, metav1.ParameterCodec).Watch(ctx)
-}
-
-func (k *Kube) pods(ns string) lister[*corev1.PodList] {
-	return resource[*corev1.PodList]{k.core, ns, "pods", func() *corev1.PodList { return &corev1.PodList{} }}
-}
-
-func (k *Kube) endpoints(ns string) lister[*corev1.EndpointsList] {
-	return resource[*corev1.EndpointsList]{k.core, ns, "endpoints", func() *corev1.EndpointsList { return &corev1.EndpointsList{} }}
-}
-
-func (k *Kube) endpointSlices(ns string) lister[*discoveryv1.EndpointSliceList] {
-	return resource[*discoveryv1.EndpointSliceList]{k.slices, ns, "endpointslices", func() *discoveryv1.EndpointSliceList { return &discoveryv1.EndpointSliceList{} }}
-}
-
-func (k *Kube) jobs(ns string) lister[*batchv1.JobList] {
-	return resource[*batchv1.JobList]{k.batch, ns, "jobs", func() *batchv1.JobList { return &batchv1.JobList{} }}
-}
-
-func (k *Kube) daemonSets(ns string) lister[*appsv1.DaemonSetList] {
-	return resource[*appsv1.DaemonSetList]{k.apps, ns, "daemonsets", func() *appsv1.DaemonSetList { return &appsv1.DaemonSetList{} }}
-}
-
-// Pod GETs one pod (the agent's own).
-func (k *Kube) Pod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
-	var p corev1.Pod
-	err := k.core.Get().Namespace(ns).Resource("pods").Name(name).Do(ctx).Into(&p)
-	return &p, err
-}
-
-// CreateEvent posts a core/v1 Event.
-func (k *Kube) CreateEvent(ctx context.Context, ev *corev1.Event) error {
-	return k.core.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
-}
-
-// apiResources asks API discovery which resources a group/version serves.
+// apiResources asks API discovery which resources a group/version serves:
+// one GET, decoded as the API's own APIResourceList.
 func (k *Kube) apiResources(ctx context.Context, gv schema.GroupVersion) (*metav1.APIResourceList, error) {
 	path := "/apis/" + gv.Group + "/" + gv.Version
 	if gv.Group == "" {
 		path = "/api/" + gv.Version
 	}
-	b, err := k.core.Get().AbsPath(path).DoRaw(ctx)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.host+path, nil)
 	if err != nil {
 		return nil, err
 	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := k.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, apierrors.NewNotFound(schema.GroupResource{Group: gv.Group}, gv.Version)
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
+	}
 	var l metav1.APIResourceList
-	return &l, json.Unmarshal(b, &l)
+	return &l, json.Unmarshal(body, &l)
 }

@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // waitDaemonSet: the DaemonSet's pod on the agent's node is Ready. First the
@@ -15,17 +14,15 @@ import (
 // are its own); then its pods are watched, and the one for this node decides.
 func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.namespace(d)
-	var ds *appsv1.DaemonSet
-	lw := newListWatch(w.cfg.Kube.daemonSets(ns), byName(d.Name), apiTrouble(report))
-	err := w.watchUntil(ctx, d, notFinal(report), lw, &appsv1.DaemonSet{}, func(objs []any) Observation {
-		for _, o := range objs {
-			if x, ok := o.(*appsv1.DaemonSet); ok {
-				if x.Status.ObservedGeneration < x.Generation {
-					return waiting("daemonset %s/%s: generation %d not yet processed by its controller", ns, d.Name, x.Generation)
-				}
-				ds = x
-				return ready("exists")
+	var ds *daemonSet
+	lw := newListWatch(w.cfg.Kube.in(daemonSetsGVR, ns), byName(d.Name), apiTrouble(report))
+	err := w.watchUntil(ctx, d, notFinal(report), lw, &unstructured.Unstructured{}, func(objs []any) Observation {
+		for _, x := range decodeAll[daemonSet](objs) {
+			if x.Status.ObservedGeneration < x.Generation {
+				return waiting("daemonset %s/%s: generation %d not yet processed by its controller", ns, d.Name, x.Generation)
 			}
+			ds = x
+			return ready("exists")
 		}
 		return waiting("daemonset %s/%s does not exist", ns, d.Name)
 	})
@@ -43,14 +40,14 @@ func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Ob
 	// By label, not spec.nodeName: a DaemonSet pod exists before the scheduler
 	// binds it, targeted at its node by node affinity, and a field selector on
 	// nodeName would miss it and count the node as having no pod.
-	lw = newListWatch(w.cfg.Kube.pods(ns), selector{label: sel.String()}, apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
+	lw = newListWatch(w.cfg.Kube.in(podsGVR, ns), selector{label: sel.String()}, apiTrouble(report))
+	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
 		return daemonPodObservation(ds, podsOf(objs), node)
 	})
 }
 
-func daemonPodObservation(ds *appsv1.DaemonSet, pods []*corev1.Pod, node string) Observation {
-	var own []*corev1.Pod
+func daemonPodObservation(ds *daemonSet, pods []*pod, node string) Observation {
+	var own []*pod
 	for _, p := range pods {
 		if metav1.IsControlledBy(p, ds) && targetNode(p) == node {
 			own = append(own, p)
@@ -67,17 +64,17 @@ func daemonPodObservation(ds *appsv1.DaemonSet, pods []*corev1.Pod, node string)
 // targetNode is the node a DaemonSet pod is for: where it is bound, or, before
 // that, the node its required node affinity names (the DaemonSet controller
 // targets each pod with a metadata.name matchFields term).
-func targetNode(p *corev1.Pod) string {
+func targetNode(p *pod) string {
 	if p.Spec.NodeName != "" {
 		return p.Spec.NodeName
 	}
 	a := p.Spec.Affinity
-	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.Required == nil {
 		return ""
 	}
-	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+	for _, term := range a.NodeAffinity.Required.NodeSelectorTerms {
 		for _, f := range term.MatchFields {
-			if f.Key == metav1.ObjectNameField && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+			if f.Key == metav1.ObjectNameField && f.Operator == "In" && len(f.Values) == 1 {
 				return f.Values[0]
 			}
 		}

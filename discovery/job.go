@@ -6,8 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -22,34 +21,29 @@ func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observa
 		sel = selector{label: labels.SelectorFromSet(d.Labels).String()}
 		what = "jobs " + ns + "/" + sel.label
 	}
-	lw := newListWatch(w.cfg.Kube.jobs(ns), sel, apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &batchv1.Job{}, func(objs []any) Observation {
+	lw := newListWatch(w.cfg.Kube.in(jobsGVR, ns), sel, apiTrouble(report))
+	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
 		return jobsObservation(objs, what)
 	})
 }
 
 func jobsObservation(objs []any, what string) Observation {
-	jobs := make([]*batchv1.Job, 0, len(objs))
-	for _, o := range objs {
-		if j, ok := o.(*batchv1.Job); ok {
-			jobs = append(jobs, j)
-		}
-	}
+	jobs := decodeAll[job](objs)
 	if len(jobs) == 0 {
 		return waiting("no %s", what)
 	}
 	sort.Slice(jobs, func(i, j int) bool { return jobs[i].Name < jobs[j].Name })
 	var pending []string
 	for _, j := range jobs {
-		if c := jobCondition(j, batchv1.JobFailed); c != nil {
+		if c := jobCondition(j, "Failed"); c != nil {
 			return failed("job %s/%s failed: %s: %s", j.Namespace, j.Name, c.Reason, c.Message)
 		}
 		// FailureTarget is set before the Job controller has finished
 		// terminating pods; the outcome is already decided.
-		if c := jobCondition(j, batchv1.JobFailureTarget); c != nil {
+		if c := jobCondition(j, "FailureTarget"); c != nil {
 			return failed("job %s/%s is failing: %s: %s", j.Namespace, j.Name, c.Reason, c.Message)
 		}
-		if jobCondition(j, batchv1.JobComplete) == nil {
+		if jobCondition(j, "Complete") == nil {
 			pending = append(pending, fmt.Sprintf("%s (active %d, succeeded %d, failed %d)", j.Name, j.Status.Active, j.Status.Succeeded, j.Status.Failed))
 		}
 	}
@@ -62,9 +56,9 @@ func jobsObservation(objs []any, what string) Observation {
 	return ready("%d jobs complete", len(jobs))
 }
 
-func jobCondition(j *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {
+func jobCondition(j *job, t string) *condition {
 	for i, c := range j.Status.Conditions {
-		if c.Type == t && c.Status == corev1.ConditionTrue {
+		if c.Type == t && c.Status == "True" {
 			return &j.Status.Conditions[i]
 		}
 	}

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -141,25 +141,20 @@ func notFinal(report func(Observation)) func(Observation) {
 }
 
 // podReady: the pod's Ready condition is True and it is not being deleted.
-func podReady(p *corev1.Pod) bool {
+func podReady(p *pod) bool {
 	if p.DeletionTimestamp != nil {
 		return false
 	}
 	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
+		if c.Type == "Ready" {
+			return c.Status == "True"
 		}
 	}
 	return false
 }
 
-func podsOf(objs []any) []*corev1.Pod {
-	pods := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok {
-			pods = append(pods, p)
-		}
-	}
+func podsOf(objs []any) []*pod {
+	pods := decodeAll[pod](objs)
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	return pods
 }
@@ -177,13 +172,13 @@ func (w *Waiter) waitPods(ctx context.Context, d Dependency, report func(Observa
 		sel.field = fields.OneTermEqualSelector("spec.nodeName", node).String()
 		where = " on node " + node
 	}
-	lw := newListWatch(w.cfg.Kube.pods(ns), sel, apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
+	lw := newListWatch(w.cfg.Kube.in(podsGVR, ns), sel, apiTrouble(report))
+	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
 		return podsObservation(podsOf(objs), where)
 	})
 }
 
-func podsObservation(pods []*corev1.Pod, where string) Observation {
+func podsObservation(pods []*pod, where string) Observation {
 	if len(pods) == 0 {
 		return waiting("no pod matches%s", where)
 	}
@@ -200,8 +195,8 @@ func podsObservation(pods []*corev1.Pod, where string) Observation {
 // waitContainer: a named container of the agent's own pod is ready.
 func (w *Waiter) waitContainer(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.cfg.Namespace
-	lw := newListWatch(w.cfg.Kube.pods(ns), byName(w.cfg.PodName), apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &corev1.Pod{}, func(objs []any) Observation {
+	lw := newListWatch(w.cfg.Kube.in(podsGVR, ns), byName(w.cfg.PodName), apiTrouble(report))
+	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
 		pods := podsOf(objs)
 		if len(pods) == 0 {
 			return waiting("own pod %s/%s not found", ns, w.cfg.PodName)
@@ -210,8 +205,8 @@ func (w *Waiter) waitContainer(ctx context.Context, d Dependency, report func(Ob
 	})
 }
 
-func containerObservation(p *corev1.Pod, name string) Observation {
-	statuses := append(append([]corev1.ContainerStatus(nil), p.Status.ContainerStatuses...), p.Status.InitContainerStatuses...)
+func containerObservation(p *pod, name string) Observation {
+	statuses := append(append([]containerStatus(nil), p.Status.ContainerStatuses...), p.Status.InitContainerStatuses...)
 	for _, s := range statuses {
 		if s.Name != name {
 			continue
@@ -230,7 +225,7 @@ func containerObservation(p *corev1.Pod, name string) Observation {
 		}
 		return waiting("container %s %s", name, state)
 	}
-	for _, c := range append(append([]corev1.Container(nil), p.Spec.Containers...), p.Spec.InitContainers...) {
+	for _, c := range append(append([]named(nil), p.Spec.Containers...), p.Spec.InitContainers...) {
 		if c.Name == name {
 			return waiting("container %s has no status yet", name)
 		}
@@ -254,7 +249,7 @@ func (w *Waiter) nodeName(ctx context.Context, report func(Observation)) (string
 	}
 	b := backoff()
 	for {
-		p, err := w.cfg.Kube.Pod(ctx, w.cfg.Namespace, w.cfg.PodName)
+		p, err := w.cfg.Kube.getPod(ctx, w.cfg.Namespace, w.cfg.PodName)
 		switch {
 		case ctx.Err() != nil:
 			return "", ctx.Err()

@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
 )
 
 // waitResource: an object of any API type, through the dynamic client, has
@@ -41,14 +40,12 @@ func (w *Waiter) waitResource(ctx context.Context, d Dependency, report func(Obs
 	if err != nil {
 		return err
 	}
-	var ri dynamic.ResourceInterface = w.cfg.Kube.dynamic.Resource(gvr)
-	what := gvr.Resource + " " + d.Name
+	ns, what := "", gvr.Resource+" "+d.Name
 	if namespaced {
-		ns := w.namespace(d)
-		ri = w.cfg.Kube.dynamic.Resource(gvr).Namespace(ns)
+		ns = w.namespace(d)
 		what = gvr.Resource + " " + ns + "/" + d.Name
 	}
-	lw := newListWatch[*unstructured.UnstructuredList](ri, byName(d.Name), apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.in(gvr, ns), byName(d.Name), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
 		for _, o := range objs {
 			if u, ok := o.(*unstructured.Unstructured); ok {

@@ -6,9 +6,8 @@ import (
 	"strings"
 	"sync/atomic"
 
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // waitService: the Service has at least one ready endpoint, read from its
@@ -20,8 +19,8 @@ func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Obse
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var fallback atomic.Bool
-	lw := newListWatch(w.cfg.Kube.endpointSlices(ns),
-		selector{label: discoveryv1.LabelServiceName + "=" + d.Name},
+	lw := newListWatch(w.cfg.Kube.in(endpointSlicesGVR, ns),
+		selector{label: "kubernetes.io/service-name=" + d.Name},
 		func(op string, err error) {
 			// With client-go's watch-list the first request is a WATCH, so a
 			// refusal can come on either verb.
@@ -33,14 +32,14 @@ func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Obse
 			}
 			apiTrouble(report)(op, err)
 		})
-	err := w.watchUntil(sctx, d, report, lw, &discoveryv1.EndpointSlice{}, func(objs []any) Observation {
+	err := w.watchUntil(sctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
 		return slicesObservation(objs)
 	})
 	if !fallback.Load() || ctx.Err() != nil {
 		return err
 	}
-	lw = newListWatch(w.cfg.Kube.endpoints(ns), byName(d.Name), apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &corev1.Endpoints{}, endpointsObservation)
+	lw = newListWatch(w.cfg.Kube.in(endpointsGVR, ns), byName(d.Name), apiTrouble(report))
+	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, endpointsObservation)
 }
 
 func slicesObservation(objs []any) Observation {
@@ -49,11 +48,7 @@ func slicesObservation(objs []any) Observation {
 	}
 	var addrs []string
 	total := 0
-	for _, o := range objs {
-		s, ok := o.(*discoveryv1.EndpointSlice)
-		if !ok {
-			continue
-		}
+	for _, s := range decodeAll[endpointSlice](objs) {
 		for _, ep := range s.Endpoints {
 			total++
 			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
@@ -70,11 +65,7 @@ func endpointsObservation(objs []any) Observation {
 	}
 	var addrs []string
 	total := 0
-	for _, o := range objs {
-		e, ok := o.(*corev1.Endpoints)
-		if !ok {
-			continue
-		}
+	for _, e := range decodeAll[endpoints](objs) {
 		for _, s := range e.Subsets {
 			total += len(s.Addresses) + len(s.NotReadyAddresses)
 			for _, a := range s.Addresses {
