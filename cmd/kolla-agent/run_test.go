@@ -141,6 +141,21 @@ func TestRunBootstrap(t *testing.T) {
 	if s, _ := os.ReadFile(filepath.Join(dir, "service")); string(s) != "service\n" {
 		t.Errorf("without KOLLA_BOOTSTRAP the service did not run: %q", s)
 	}
+
+	// KOLLA_UPGRADE runs run.upgrade; without one configured, the service runs.
+	up := agentYAML(t, "run:\n  command: sh -c 'echo service2 > "+dir+"/service2'\n  upgrade: sh -c 'echo expand > "+dir+"/upgrade'\n")
+	startAgent(t, plainEnv("KOLLA_UPGRADE=1"), "--config", up, "run").wantExit(0)
+	if u, _ := os.ReadFile(filepath.Join(dir, "upgrade")); string(u) != "expand\n" {
+		t.Errorf("KOLLA_UPGRADE did not run run.upgrade: %q", u)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "service2")); err == nil {
+		t.Error("the service ran in upgrade mode")
+	}
+	noUp := agentYAML(t, "run:\n  command: sh -c 'echo service3 > "+dir+"/service3'\n")
+	startAgent(t, plainEnv("KOLLA_UPGRADE="), "--config", noUp, "run").wantExit(0)
+	if s, _ := os.ReadFile(filepath.Join(dir, "service3")); string(s) != "service3\n" {
+		t.Errorf("with KOLLA_UPGRADE but no run.upgrade the service did not run: %q", s)
+	}
 }
 
 // Supervised: SIGTERM to the agent reaches the service's process group; the
