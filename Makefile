@@ -5,6 +5,9 @@ LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/kolla-agent
 # Fuzz time per target in `make test`; `make fuzz FUZZTIME=5m` for longer runs.
 FUZZTIME  ?= 10s
+# One fuzz worker in `make test`: on a 2-core CI machine, two workers plus
+# the coordinator contend; `make fuzz FUZZPAR=2` for more throughput.
+FUZZPAR   ?= 1
 # Tools the tests run against (etcd, kube-apiserver, kube-controller-manager,
 # CoreDNS, rsyslog) are built or installed once and cached here.
 export KOLLA_AGENT_CACHE ?= $(HOME)/.cache/kolla-agent
@@ -34,7 +37,7 @@ fuzz:
 	  pkg=./$$(dirname $$f); \
 	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
 	    echo "fuzz $$pkg $$t ($(FUZZTIME))"; \
-	    out=$$($(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $$pkg 2>&1) || { echo "$$out" | tail -40; exit 1; }; \
+	    out=$$($(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPAR) $$pkg 2>&1) || { echo "$$out" | tail -40; exit 1; }; \
 	  done; \
 	done; echo "fuzz: all targets passed"
 
