@@ -5,8 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"syscall"
-
-	"github.com/kolla-agent/kolla-agent/agent/config"
 )
 
 // Exec replaces the agent with command (kubernetes-entrypoint's COMMAND): the
@@ -23,13 +21,4 @@ func execEnv(command, env []string) error {
 		return fmt.Errorf("exec %s: %w", path, err)
 	}
 	return nil
-}
-
-// config0 is the plan's agent.yaml, or an empty one where there is none
-// (kubernetes-entrypoint mode).
-func config0(p *Plan) *config.Config {
-	if p.Config != nil {
-		return p.Config
-	}
-	return &config.Config{}
 }

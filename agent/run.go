@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/google/shlex"
 
+	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/render"
 	"github.com/kolla-agent/kolla-agent/agent/supervise"
 	"github.com/kolla-agent/kolla-agent/discovery"
@@ -99,7 +99,7 @@ func (a *Agent) Render(ctx context.Context, p *Plan, mode RenderMode) (*render.K
 		}
 		return kc, diffs, nil
 	}
-	return kc, append(diffs, templateDiffs(files)...), nil
+	return kc, append(diffs, render.CheckTemplates(files)...), nil
 }
 
 // templateOptions gives templates the pod's environment, the cluster's DNS
@@ -130,28 +130,6 @@ func templateErr(p *Plan, err error) error {
 		return err
 	}
 	return &ConfigError{Err: err}
-}
-
-// templateDiffs compares rendered templates with the files on disk.
-func templateDiffs(files []render.RenderedTemplate) []render.Difference {
-	var diffs []render.Difference
-	for _, f := range files {
-		fi, err := os.Stat(f.Path)
-		if err != nil {
-			diffs = append(diffs, render.Difference{Path: f.Item.Dest, What: "missing", Want: "file", Got: "nothing"})
-			continue
-		}
-		if b, err := os.ReadFile(f.Path); err != nil || !bytes.Equal(b, f.Data) {
-			diffs = append(diffs, render.Difference{Path: f.Item.Dest, What: "content", Want: fmt.Sprintf("%d bytes", len(f.Data)), Got: fmt.Sprintf("%d bytes", len(b))})
-		}
-		if fi.Mode().Perm() != f.Mode.Perm() {
-			diffs = append(diffs, render.Difference{Path: f.Item.Dest, What: "mode", Want: f.Mode.Perm().String(), Got: fi.Mode().Perm().String()})
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && ((f.UID >= 0 && int(st.Uid) != f.UID) || (f.GID >= 0 && int(st.Gid) != f.GID)) {
-			diffs = append(diffs, render.Difference{Path: f.Item.Dest, What: "owner", Want: fmt.Sprintf("%d:%d", f.UID, f.GID), Got: fmt.Sprintf("%d:%d", st.Uid, st.Gid)})
-		}
-	}
-	return diffs
 }
 
 // RunService is `kolla-agent run [-- CMD...]`: wait, render, then run the
@@ -291,4 +269,13 @@ func toInts(u []uint32) []int {
 		out[i] = int(v)
 	}
 	return out
+}
+
+// config0 is the plan's agent.yaml, or an empty one where there is none
+// (kubernetes-entrypoint mode).
+func config0(p *Plan) *config.Config {
+	if p.Config != nil {
+		return p.Config
+	}
+	return &config.Config{}
 }

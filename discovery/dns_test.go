@@ -9,130 +9,28 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/kolla-agent/kolla-agent/internal/dnstest"
 )
 
-// dnsQuery is one query a test server received.
-type dnsQuery struct {
-	Net   string // "udp" or "tcp"
-	Name  string
-	Type  uint16
-	EDNS0 int // the OPT record's UDP size; 0 when the query had none
-}
+// The shared loopback DNS server, under this file's names.
+type (
+	testDNS    = dnstest.Server
+	dnsQuery   = dnstest.Query
+	dnsHandler = dnstest.Handler
+)
 
-// testDNS is a real miekg/dns server on 127.0.0.1, on the same port over UDP
-// and TCP, answering with a handler the test controls.
-type testDNS struct {
-	Addr string
-	// udpLimit is the largest UDP answer the server sends (CoreDNS' bufsize
-	// default); anything larger is truncated with TC set, as a real server does.
-	udpLimit int
+func startDNS(t *testing.T, h dnsHandler) *testDNS { return dnstest.Start(t, h) }
 
-	mu      sync.Mutex
-	queries []dnsQuery
-}
-
-// dnsHandler returns the reply to q, or nil to send nothing at all.
-type dnsHandler func(q *dns.Msg, network string) *dns.Msg
-
-func startDNS(t *testing.T, h dnsHandler) *testDNS {
-	t.Helper()
-	s := &testDNS{udpLimit: 1232}
-	var pc net.PacketConn
-	var l net.Listener
-	for try := 0; l == nil; try++ {
-		var err error
-		if pc, err = net.ListenPacket("udp", "127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		port := pc.LocalAddr().(*net.UDPAddr).Port
-		if l, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err != nil {
-			pc.Close()
-			if try == 20 {
-				t.Fatalf("no free port for UDP and TCP: %v", err)
-			}
-		}
-	}
-	s.Addr = pc.LocalAddr().String()
-	serve := func(srv *dns.Server) {
-		started, done := make(chan struct{}), make(chan error, 1)
-		srv.NotifyStartedFunc = func() { close(started) }
-		go func() { done <- srv.ActivateAndServe() }()
-		select {
-		case <-started:
-		case err := <-done:
-			t.Fatalf("DNS server: %v", err)
-		}
-		t.Cleanup(func() {
-			if err := srv.Shutdown(); err != nil {
-				t.Errorf("DNS server shutdown: %v", err)
-			}
-			<-done
-		})
-	}
-	serve(&dns.Server{PacketConn: pc, Handler: s.handler("udp", h)})
-	serve(&dns.Server{Listener: l, Handler: s.handler("tcp", h)})
-	return s
-}
-
-func (s *testDNS) handler(network string, h dnsHandler) dns.Handler {
-	return dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
-		rec := dnsQuery{Net: network}
-		if len(q.Question) > 0 {
-			rec.Name, rec.Type = q.Question[0].Name, q.Question[0].Qtype
-		}
-		opt := q.IsEdns0()
-		if opt != nil {
-			rec.EDNS0 = int(opt.UDPSize())
-		}
-		s.mu.Lock()
-		s.queries = append(s.queries, rec)
-		s.mu.Unlock()
-		m := h(q, network)
-		if m == nil {
-			return
-		}
-		if network == "udp" {
-			size := dns.MinMsgSize
-			if opt != nil {
-				size = min(int(opt.UDPSize()), s.udpLimit)
-				m.SetEdns0(uint16(s.udpLimit), false)
-			}
-			m.Truncate(size)
-		}
-		// A failed write shows as the client's error; t.Fatal is not
-		// allowed on the server's goroutine.
-		_ = w.WriteMsg(m)
-	})
-}
-
-func (s *testDNS) log() []dnsQuery {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]dnsQuery(nil), s.queries...)
-}
-
-func reply(q *dns.Msg, rcode int, rrs ...dns.RR) *dns.Msg {
-	m := new(dns.Msg)
-	m.SetRcode(q, rcode)
-	m.Answer = rrs
-	return m
-}
-
-func rr(t testing.TB, s string) dns.RR {
-	t.Helper()
-	r, err := dns.NewRR(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
+var (
+	reply = dnstest.Reply
+	rr    = dnstest.RR
+)
 
 // byType answers from a table of "NAME TYPE" -> records; a name in the table
 // without the type asked is NODATA, a name not in it NXDOMAIN.
@@ -314,7 +212,7 @@ func TestDNSNXDOMAIN(t *testing.T) {
 		t.Errorf("NXDOMAIN reported as unhealthy: %v", err)
 	}
 	// NXDOMAIN holds for every type: no AAAA query after it.
-	if q := s.log(); len(q) != 1 || q[0].Type != dns.TypeA || q[0].Name != "mariadb.openstack.svc.cluster.local." {
+	if q := s.Log(); len(q) != 1 || q[0].Type != dns.TypeA || q[0].Name != "mariadb.openstack.svc.cluster.local." {
 		t.Errorf("queries = %+v, want one A query for the cluster name", q)
 	}
 
@@ -340,7 +238,7 @@ func TestDNSNODATA(t *testing.T) {
 		t.Errorf("check = %+v, want %+v", o, want)
 	}
 	var types []uint16
-	for _, q := range s.log() {
+	for _, q := range s.Log() {
 		types = append(types, q.Type)
 	}
 	if want := []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeA, dns.TypeAAAA}; !reflect.DeepEqual(types, want) {
@@ -392,7 +290,7 @@ func TestDNSTimeout(t *testing.T) {
 	if !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("error %v does not unwrap to a deadline error", err)
 	}
-	if q := s.log(); len(q) != 1 {
+	if q := s.Log(); len(q) != 1 {
 		t.Errorf("queries = %+v, want 1", q)
 	}
 	o := r.check(context.Background(), "db.example.com")
@@ -431,10 +329,10 @@ func TestDNSFailover(t *testing.T) {
 		t.Errorf("Addrs = %v, want %v", ans.Addrs, want)
 	}
 	// The failing server is left after its first failure, for both types.
-	if q := bad.log(); len(q) != 1 {
+	if q := bad.Log(); len(q) != 1 {
 		t.Errorf("failing server got %+v, want one A query", q)
 	}
-	if q := good.log(); len(q) != 2 {
+	if q := good.Log(); len(q) != 2 {
 		t.Errorf("good server got %+v, want A and AAAA", q)
 	}
 
@@ -503,7 +401,7 @@ func TestDNSTruncatedHeadless(t *testing.T) {
 		t.Errorf("got %d addresses, want all 200 in order: %v", len(ans.Addrs), ans.Addrs)
 	}
 	var path []string
-	for _, q := range s.log() {
+	for _, q := range s.Log() {
 		path = append(path, q.Net+" "+dns.TypeToString[q.Type])
 	}
 	if want := []string{"udp A", "tcp A", "udp AAAA"}; !reflect.DeepEqual(path, want) {
@@ -532,7 +430,7 @@ func TestDNSEDNS0(t *testing.T) {
 	if _, err := r.Lookup(context.Background(), "_ovsdb._tcp.ovn"); !errors.Is(err, ErrNoRecords) {
 		t.Fatalf("SRV Lookup error = %v, want ErrNoRecords", err)
 	}
-	q := s.log()
+	q := s.Log()
 	if len(q) != 4 {
 		t.Errorf("queries = %+v, want udp A, tcp A, udp AAAA, udp SRV", q)
 	}
@@ -578,7 +476,7 @@ func TestDNSSRV(t *testing.T) {
 	if !reflect.DeepEqual(ans, want) {
 		t.Errorf("Lookup = %+v, want %+v", ans, want)
 	}
-	for _, q := range s.log() {
+	for _, q := range s.Log() {
 		if q.Type != dns.TypeSRV {
 			t.Errorf("query for %s type %s, want SRV only", q.Name, dns.TypeToString[q.Type])
 		}

@@ -264,49 +264,57 @@ type jobItem struct {
 }
 
 func (p *parser) jobsJSON(v string) {
-	items, err := decodeList(v)
-	if err != nil {
-		p.errs = append(p.errs, fmt.Errorf("%s: %v", envJobsJSON, err))
-		return
-	}
-	for i, raw := range items {
-		fail := func(format string, args ...any) { p.jsonItemError(envJobsJSON, i, raw, format, args...) }
-		var it jobItem
-		if err := decodeItem(raw, &it); err != nil {
-			fail("%v", err)
-			continue
-		}
+	eachJSONItem(p, envJobsJSON, v, func(it jobItem, fail func(string, ...any)) {
 		ns, err := p.itemNamespace(it.Namespace)
 		if err != nil {
 			fail("%v", err)
-			continue
+			return
 		}
 		d := discovery.Dependency{Kind: discovery.KindJob, Namespace: ns}
 		switch {
 		case it.Name != nil && it.Labels != nil:
 			fail(`give "name" or "labels", not both`)
-			continue
+			return
 		case it.Name != nil:
 			if *it.Name == "" {
 				fail("empty job name")
-				continue
+				return
 			}
 			if msgs := validation.IsDNS1123Subdomain(*it.Name); len(msgs) > 0 {
 				fail("job name %q: %s", *it.Name, strings.Join(msgs, "; "))
-				continue
+				return
 			}
 			d.Name = *it.Name
 		case it.Labels != nil:
 			if err := discovery.ValidateLabels(it.Labels); err != nil {
 				fail("labels: %v", err)
-				continue
+				return
 			}
 			d.Labels = it.Labels
 		default:
 			fail(`want "name" or "labels"`)
-			continue
+			return
 		}
 		p.add(d, fail)
+	})
+}
+
+// eachJSONItem decodes the variable as a JSON list and calls each with every
+// item that decodes strictly, and a fail that names the variable and item.
+func eachJSONItem[T any](p *parser, name, v string, each func(it T, fail func(string, ...any))) {
+	items, err := decodeList(v)
+	if err != nil {
+		p.errs = append(p.errs, fmt.Errorf("%s: %v", name, err))
+		return
+	}
+	for i, raw := range items {
+		fail := func(format string, args ...any) { p.jsonItemError(name, i, raw, format, args...) }
+		var it T
+		if err := decodeItem(raw, &it); err != nil {
+			fail("%v", err)
+			continue
+		}
+		each(it, fail)
 	}
 }
 
@@ -318,31 +326,20 @@ type podItem struct {
 
 func (p *parser) podsJSON() {
 	v, _ := p.lookup(envPodJSON)
-	items, err := decodeList(v)
-	if err != nil {
-		p.errs = append(p.errs, fmt.Errorf("%s: %v", envPodJSON, err))
-		return
-	}
-	for i, raw := range items {
-		fail := func(format string, args ...any) { p.jsonItemError(envPodJSON, i, raw, format, args...) }
-		var it podItem
-		if err := decodeItem(raw, &it); err != nil {
-			fail("%v", err)
-			continue
-		}
+	eachJSONItem(p, envPodJSON, v, func(it podItem, fail func(string, ...any)) {
 		ns, err := p.itemNamespace(it.Namespace)
 		if err != nil {
 			fail("%v", err)
-			continue
+			return
 		}
 		// An empty selector would match every pod: kubernetes-entrypoint then
 		// resolves on any ready pod, which is never what was meant.
 		if err := discovery.ValidateLabels(it.Labels); err != nil {
 			fail("labels: %v", err)
-			continue
+			return
 		}
 		p.add(discovery.Dependency{Kind: discovery.KindPod, Namespace: ns, Labels: it.Labels, SameNode: it.RequireSameNode}, fail)
-	}
+	})
 }
 
 type crItem struct {
@@ -368,25 +365,14 @@ type crCondition struct {
 
 func (p *parser) customResources() {
 	v, _ := p.lookup(envCustomResource)
-	items, err := decodeList(v)
-	if err != nil {
-		p.errs = append(p.errs, fmt.Errorf("%s: %v", envCustomResource, err))
-		return
-	}
-	for i, raw := range items {
-		fail := func(format string, args ...any) { p.jsonItemError(envCustomResource, i, raw, format, args...) }
-		var it crItem
-		if err := decodeItem(raw, &it); err != nil {
-			fail("%v", err)
-			continue
-		}
+	eachJSONItem(p, envCustomResource, v, func(it crItem, fail func(string, ...any)) {
 		d, err := p.customResource(it)
 		if err != nil {
 			fail("%v", err)
-			continue
+			return
 		}
 		p.add(d, fail)
-	}
+	})
 }
 
 func (p *parser) customResource(it crItem) (discovery.Dependency, error) {

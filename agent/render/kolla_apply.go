@@ -219,17 +219,6 @@ func (p *KollaPlan) Changes() ([]Difference, error) {
 	return kollaSortDiffs(out), nil
 }
 
-// WantContent is the content the plan writes at path (a container path), for
-// showing a diff of it; false when the plan does not write that file.
-func (p *KollaPlan) WantContent(path string) ([]byte, bool) {
-	for _, op := range p.ops {
-		if op.kind == kollaOpWrite && op.path == path {
-			return op.want.data, true
-		}
-	}
-	return nil, false
-}
-
 func kollaSortDiffs(d []Difference) []Difference {
 	sort.SliceStable(d, func(i, j int) bool { return d[i].Path < d[j].Path })
 	return d

@@ -154,13 +154,12 @@ var errTemplateVolumeMoved = errors.New("the volume was updated during the rende
 func RenderTemplate(ctx context.Context, name string, src []byte, o TemplateOptions) ([]byte, error) {
 	r, cancel := newTemplateRun(ctx, o)
 	defer cancel()
-	for try := 1; ; try++ {
-		out, err := r.render(name, src)
-		if !errors.Is(err, errTemplateVolumeMoved) || try == templateSnapshotTries {
-			return out, err
-		}
-		clear(r.mounts)
-	}
+	var out []byte
+	err := r.retryMoved(func() (err error) {
+		out, err = r.render(name, src)
+		return err
+	})
+	return out, err
 }
 
 // RenderTemplates renders every item to memory and writes nothing: the
@@ -175,13 +174,19 @@ func RenderTemplates(ctx context.Context, items []TemplateItem, o TemplateOption
 	}
 	r, cancel := newTemplateRun(ctx, o)
 	defer cancel()
+	if err := r.retryMoved(func() error { return r.renderAll(files) }); err != nil {
+		return nil, err
+	}
+	return files, nil
+}
+
+// retryMoved runs f again, on a fresh snapshot, when the kubelet swapped a
+// volume's ..data under it and removed the version it was reading.
+func (r *templateRun) retryMoved(f func() error) error {
 	for try := 1; ; try++ {
-		err := r.renderAll(files)
-		if err == nil {
-			return files, nil
-		}
+		err := f()
 		if !errors.Is(err, errTemplateVolumeMoved) || try == templateSnapshotTries {
-			return nil, err
+			return err
 		}
 		clear(r.mounts)
 	}
@@ -198,14 +203,27 @@ func WriteTemplates(files []RenderedTemplate) error {
 	return nil
 }
 
-// ApplyTemplates is RenderTemplates then WriteTemplates: nothing is written
-// unless every item rendered.
-func ApplyTemplates(ctx context.Context, items []TemplateItem, o TemplateOptions) error {
-	files, err := RenderTemplates(ctx, items, o)
-	if err != nil {
-		return err
+// CheckTemplates compares rendered files with the disk: content, mode and
+// owner (an owner of -1 is not compared).
+func CheckTemplates(files []RenderedTemplate) []Difference {
+	var diffs []Difference
+	for _, f := range files {
+		fi, err := os.Stat(f.Path)
+		if err != nil {
+			diffs = append(diffs, Difference{Path: f.Item.Dest, What: "missing", Want: "file", Got: "nothing"})
+			continue
+		}
+		if b, err := os.ReadFile(f.Path); err != nil || !bytes.Equal(b, f.Data) {
+			diffs = append(diffs, Difference{Path: f.Item.Dest, What: "content", Want: kollaDigest(f.Data), Got: kollaDigest(b)})
+		}
+		if fi.Mode().Perm() != f.Mode.Perm() {
+			diffs = append(diffs, Difference{Path: f.Item.Dest, What: "mode", Want: kollaPermString(f.Mode), Got: kollaPermString(fi.Mode().Perm())})
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && ((f.UID >= 0 && int(st.Uid) != f.UID) || (f.GID >= 0 && int(st.Gid) != f.GID)) {
+			diffs = append(diffs, Difference{Path: f.Item.Dest, What: "owner", Want: fmt.Sprintf("%d:%d", f.UID, f.GID), Got: fmt.Sprintf("%d:%d", st.Uid, st.Gid)})
+		}
 	}
-	return WriteTemplates(files)
+	return diffs
 }
 
 // planTemplates checks every item's fields, so that a bad perm in the last

@@ -18,10 +18,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/internal/dnstest"
 )
 
-// tmplDNS is a real miekg/dns server on 127.0.0.1 (UDP) answering with a
-// handler the test controls, and counting the queries per name and type.
+// tmplDNS is the shared loopback DNS server, counting the queries per name
+// and type.
 type tmplDNS struct {
 	addr string
 	mu   sync.Mutex
@@ -30,38 +31,18 @@ type tmplDNS struct {
 
 func startTemplateDNS(t *testing.T, h func(q *dns.Msg, n int) *dns.Msg) *tmplDNS {
 	t.Helper()
-	// Registered first, so it runs after the server's shutdown below.
+	// Registered first, so it runs after the server's shutdown.
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &tmplDNS{addr: pc.LocalAddr().String(), seen: map[string]int{}}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, q *dns.Msg) {
+	s := &tmplDNS{seen: map[string]int{}}
+	s.addr = dnstest.Start(t, func(q *dns.Msg, _ string) *dns.Msg {
 		key := strings.ToLower(q.Question[0].Name) + " " + dns.TypeToString[q.Question[0].Qtype]
 		s.mu.Lock()
 		s.seen[key]++
 		n := s.seen[key]
 		s.mu.Unlock()
-		if m := h(q, n); m != nil {
-			_ = w.WriteMsg(m) // a failed write shows as the client's error
-		}
-	})}
-	started, done := make(chan struct{}), make(chan error, 1)
-	srv.NotifyStartedFunc = func() { close(started) }
-	go func() { done <- srv.ActivateAndServe() }()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("DNS server: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Shutdown(); err != nil {
-			t.Errorf("DNS server shutdown: %v", err)
-		}
-		<-done
-	})
+		return h(q, n)
+	}).Addr
 	return s
 }
 
@@ -84,13 +65,6 @@ func (s *tmplDNS) resolver(t *testing.T) *discovery.Resolver {
 		t.Fatal(err)
 	}
 	return r
-}
-
-func tmplReply(q *dns.Msg, rcode int, rrs ...dns.RR) *dns.Msg {
-	m := new(dns.Msg)
-	m.SetRcode(q, rcode)
-	m.Answer = rrs
-	return m
 }
 
 // tmplZone answers from "NAME TYPE" -> records in zone file syntax: a name
@@ -118,9 +92,9 @@ func tmplZone(t *testing.T, zone map[string][]string) func(*dns.Msg, int) *dns.M
 			}
 		}
 		if !found {
-			return tmplReply(q, dns.RcodeNameError)
+			return dnstest.Reply(q, dns.RcodeNameError)
 		}
-		return tmplReply(q, dns.RcodeSuccess, rrs...)
+		return dnstest.Reply(q, dns.RcodeSuccess, rrs...)
 	}
 }
 
@@ -407,7 +381,7 @@ wsrep_node_name = {{ podName }}
 		{Src: "/var/lib/kolla/config_files/galera.cnf.tmpl", Dest: "/etc/mysql/conf.d/galera.cnf"},
 		{Src: "/var/lib/kolla/config_files/rabbitmq.hosts.tmpl", Dest: "/etc/nova/rabbitmq.hosts"},
 	}
-	if err := ApplyTemplates(context.Background(), items, o); err != nil {
+	if err := applyTemplates(context.Background(), items, o); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{
@@ -477,11 +451,11 @@ func TestTemplateWaitsForDNS(t *testing.T) {
 			srv := startTemplateDNS(t, func(q *dns.Msg, n int) *dns.Msg {
 				switch {
 				case q.Question[0].Qtype != dns.TypeA:
-					return tmplReply(q, dns.RcodeSuccess)
+					return dnstest.Reply(q, dns.RcodeSuccess)
 				case n <= tc.notYet:
-					return tmplReply(q, tc.failure)
+					return dnstest.Reply(q, tc.failure)
 				}
-				return tmplReply(q, dns.RcodeSuccess, a(q, "10.244.1.10"), a(q, "10.244.2.11"))
+				return dnstest.Reply(q, dns.RcodeSuccess, a(q, "10.244.1.10"), a(q, "10.244.2.11"))
 			})
 			o := TemplateOptions{Resolver: srv.resolver(t), ClusterDomain: "cluster.local", Timeout: 20 * time.Second}
 			out, err := RenderTemplate(context.Background(), "t.tmpl", []byte(`hosts = {{ endpoints "rabbitmq.openstack" | join "," }}`), o)
@@ -515,7 +489,7 @@ func TestTemplateWaitTimeout(t *testing.T) {
 				`(last: DNS unhealthy: SERVFAIL from 127.0.0.1:`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startTemplateDNS(t, func(q *dns.Msg, _ int) *dns.Msg { return tmplReply(q, tc.rcode) })
+			srv := startTemplateDNS(t, func(q *dns.Msg, _ int) *dns.Msg { return dnstest.Reply(q, tc.rcode) })
 			// 2 s: long enough for several answers even on a loaded 2-core
 			// machine, so the last state is the server's, not "no answer yet".
 			o := TemplateOptions{Resolver: srv.resolver(t), ClusterDomain: "cluster.local", Timeout: 2 * time.Second}
@@ -539,7 +513,7 @@ func TestTemplateWaitTimeout(t *testing.T) {
 	}
 
 	// Cancelled (SIGTERM), not timed out.
-	srv := startTemplateDNS(t, func(q *dns.Msg, _ int) *dns.Msg { return tmplReply(q, dns.RcodeNameError) })
+	srv := startTemplateDNS(t, func(q *dns.Msg, _ int) *dns.Msg { return dnstest.Reply(q, dns.RcodeNameError) })
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	ctx, stop := context.WithCancel(ctx)
@@ -651,7 +625,7 @@ func TestApplyTemplates(t *testing.T) {
 	good := TemplateItem{Src: "/templates/good.tmpl", Dest: "/etc/glance/glance-api.conf"}
 
 	// All or nothing: the bad template is the last; nothing is written.
-	err := ApplyTemplates(ctx, []TemplateItem{good, {Src: "/templates/bad.tmpl", Dest: "/etc/glance/other.conf"}}, o)
+	err := applyTemplates(ctx, []TemplateItem{good, {Src: "/templates/bad.tmpl", Dest: "/etc/glance/other.conf"}}, o)
 	if err == nil || !strings.HasPrefix(err.Error(), "/templates/bad.tmpl:2:20: ") {
 		t.Fatalf("error %v, want one at /templates/bad.tmpl:2:20", err)
 	}
@@ -679,7 +653,7 @@ func TestApplyTemplates(t *testing.T) {
 	// Written with the mode and owner asked (our own ids: the test may not
 	// be root).
 	good.Perm, good.Owner = "0o640", fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())
-	if err := ApplyTemplates(ctx, []TemplateItem{good}, o); err != nil {
+	if err := applyTemplates(ctx, []TemplateItem{good}, o); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(root, good.Dest)
@@ -741,4 +715,14 @@ func FuzzRenderTemplate(f *testing.F) {
 			t.Fatalf("rendered %q", out)
 		}
 	})
+}
+
+// applyTemplates renders every item, then writes them: what `kolla-agent
+// render` does.
+func applyTemplates(ctx context.Context, items []TemplateItem, o TemplateOptions) error {
+	files, err := RenderTemplates(ctx, items, o)
+	if err != nil {
+		return err
+	}
+	return WriteTemplates(files)
 }
