@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the real components the tests run against: etcd (Debian), kube-apiserver
 # and kube-controller-manager (built from the k8s.io/kubernetes Go module), CoreDNS
-# (a trimmed build with only the plugins the tests use) and rsyslog (Debian).
+# (a trimmed build with only the plugins the tests use), rsyslog, and the OpenStack
+# services and RabbitMQ that probe tests run (Debian).
 #
 # Built binaries are cached outside the checkout, keyed by version, so a second run
 # is a no-op. Prints the bin directory on its last line.
@@ -46,6 +47,15 @@ install_etcd() {
 
 install_rsyslog() {
 	apt_install rsyslog
+}
+
+# The OpenStack services and their infrastructure that probe, reload and log
+# tests run for real: Keystone under uWSGI, RabbitMQ with an oslo.messaging
+# RPC server. Debian's packages; the tests start their own instances on
+# loopback (policy-rc.d keeps the packages' own daemons from starting).
+install_services() {
+	apt_install rabbitmq-server python3-keystone uwsgi-core uwsgi-plugin-python3 \
+		python3-oslo.messaging python3-oslo.service python3-oslo.config
 }
 
 # k8s.io/kubernetes points its staging modules at ./staging/...; as a dependency
@@ -147,15 +157,17 @@ case "$what" in
 all)
 	install_etcd
 	install_rsyslog
+	install_services
 	install_coredns
 	install_kube
 	;;
 etcd) install_etcd ;;
 rsyslog) install_rsyslog ;;
+services) install_services ;;
 coredns) install_coredns ;;
 kube) install_kube ;;
 *)
-	echo "usage: $0 [all|etcd|rsyslog|coredns|kube]" >&2
+	echo "usage: $0 [all|etcd|rsyslog|services|coredns|kube]" >&2
 	exit 1
 	;;
 esac

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/shlex"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
@@ -39,6 +40,10 @@ type Config struct {
 	RenderOptions RenderOptions `json:"renderOptions,omitempty"`
 	// Run says how `kolla-agent run` starts the service.
 	Run Run `json:"run,omitempty"`
+	// Probes are the checks behind /livez, /readyz and /startupz.
+	Probes Probes `json:"probes,omitempty"`
+	// Sidecar says how `kolla-agent sidecar` finds the service's process.
+	Sidecar Sidecar `json:"sidecar,omitempty"`
 }
 
 // RenderItem is one template: src is a Go text/template, dest the file it
@@ -148,6 +153,9 @@ func Parse(name string, b []byte) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if err := c.validateRun(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := c.validateProbes(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return &c, nil
@@ -274,3 +282,7 @@ func (c *Config) RenderTimeout() time.Duration {
 	}
 	return c.Timeout()
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func splitWords(s string) ([]string, error) { return shlex.Split(s) }
