@@ -36,7 +36,9 @@ func (l *loop) reap() error {
 			return nil
 		case pid == l.pid:
 			l.exited, l.status = true, ws
+			l.s.pid.Store(0)
 			l.s.log.Info("main process ended", "pid", pid, "exit_code", statusCode(ws), "status", describe(ws))
+		case l.s.handOver(pid, ws):
 		default:
 			l.s.log.Debug("reaped", "pid", pid, "status", describe(ws))
 		}

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -75,6 +76,12 @@ type Supervisor struct {
 	mu      sync.Mutex
 	started bool
 	stopped bool
+
+	pid atomic.Int64 // the main child while it runs
+
+	spawnMu sync.Mutex
+	reaping bool // Run's loop is collecting children: Start may fork
+	spawned map[int]chan syscall.WaitStatus
 }
 
 // New checks cfg and returns a Supervisor ready to Run.
@@ -119,6 +126,7 @@ func New(cfg Config) (*Supervisor, error) {
 		signals: append([]os.Signal(nil), sigs...),
 		stopCh:  make(chan struct{}),
 		done:    make(chan struct{}),
+		spawned: map[int]chan syscall.WaitStatus{},
 	}
 	if cfg.Credential != nil {
 		id := *cfg.Credential
@@ -183,6 +191,10 @@ func (s *Supervisor) Run(ctx context.Context) (exitCode int, err error) {
 	if err != nil {
 		return code, err
 	}
+	s.pid.Store(int64(pid))
+	s.setReaping(true)
+	defer s.setReaping(false)
+	defer s.pid.Store(0)
 	l := &loop{s: s, pid: pid}
 	return l.run(ctx, chld, fwd)
 }

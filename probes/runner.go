@@ -1,0 +1,163 @@
+package probes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// state is a check's judged state, after thresholds.
+type state int
+
+const (
+	pending state = iota // not judged yet: fails readiness, passes liveness
+	passing
+	failing
+)
+
+func (s state) String() string {
+	switch s {
+	case passing:
+		return "pass"
+	case failing:
+		return "fail"
+	}
+	return "pending"
+}
+
+// result is what the handlers read: one immutable value per look, swapped in
+// atomically.
+type result struct {
+	state state
+	// ok and reason are the last look's own outcome (before thresholds).
+	ok     bool
+	reason string // the error, or the detail of a pass
+	at     time.Time
+	took   time.Duration
+	// streak counts consecutive looks with the same outcome.
+	streak int
+	// passedOnce: the check has been judged passing at least once.
+	passedOnce bool
+}
+
+type checkState struct {
+	spec   Spec
+	probes [3]bool
+	cur    atomic.Pointer[result]
+}
+
+// hangGrace is how long past its timeout a check may take to return after
+// its context is cancelled before it is reported as hung.
+const hangGrace = time.Second
+
+// runCheck looks every period, one look at a time: a look still running when
+// the next is due is a failure ("still running"), never a second concurrent
+// look and never a stale pass (health-probe.py's flaw).
+func (h *Health) runCheck(ctx context.Context, c *checkState) {
+	type done struct {
+		detail string
+		err    error
+		took   time.Duration
+	}
+	var inflight chan done
+	var started time.Time
+	var hungC <-chan time.Time
+	start := func() {
+		inflight = make(chan done, 1)
+		started = h.clock.Now()
+		ch := inflight
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, c.spec.Timeout)
+			defer cancel()
+			t0 := h.clock.Now()
+			detail, err := c.spec.Checker.Check(cctx)
+			if err == nil && cctx.Err() != nil && ctx.Err() == nil {
+				err = cctx.Err() // a pass that came after the deadline is not a pass
+			}
+			if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+				err = fmt.Errorf("timed out after %v: %w", c.spec.Timeout, err)
+			}
+			ch <- done{detail, err, h.clock.Since(t0)}
+		}()
+		t := h.clock.NewTimer(c.spec.Timeout + hangGrace)
+		hungC = t.C()
+	}
+	t := h.clock.NewTicker(c.spec.Period)
+	defer t.Stop()
+	start()
+	for {
+		select {
+		case <-ctx.Done():
+			if inflight != nil {
+				// The look's context is a child of ctx: it ends soon.
+				select {
+				case <-inflight:
+				case <-h.clock.After(c.spec.Timeout + hangGrace):
+					h.log.Warn("check did not return after cancellation", "check", c.spec.Name)
+				}
+			}
+			return
+		case d := <-inflight:
+			inflight, hungC = nil, nil
+			h.record(c, d.err == nil, d.detail, d.err, d.took)
+		case <-hungC:
+			hungC = nil
+			h.record(c, false, "", fmt.Errorf("did not return %v after its timeout of %v", hangGrace, c.spec.Timeout), h.clock.Since(started))
+		case <-t.C():
+			if inflight != nil {
+				h.record(c, false, "", fmt.Errorf("previous look still running after %v", h.clock.Since(started).Round(time.Millisecond)), h.clock.Since(started))
+				continue
+			}
+			start()
+		}
+	}
+}
+
+// record judges one look with the check's thresholds and publishes it.
+func (h *Health) record(c *checkState, ok bool, detail string, err error, took time.Duration) {
+	prev := c.cur.Load()
+	r := &result{state: prev.state, ok: ok, at: h.clock.Now(), took: took, passedOnce: prev.passedOnce}
+	if ok {
+		r.reason = detail
+	} else {
+		r.reason = err.Error()
+	}
+	r.streak = 1
+	if prev.ok == ok && !prev.at.IsZero() {
+		r.streak = prev.streak + 1
+	}
+	switch {
+	case ok && r.streak >= c.spec.SuccessThreshold:
+		r.state = passing
+	case !ok && r.streak >= c.spec.FailureThreshold:
+		r.state = failing
+	}
+	r.passedOnce = r.passedOnce || r.state == passing
+	c.cur.Store(r)
+	h.metrics.observe(c.spec.Name, r)
+	if r.state != prev.state {
+		attrs := []any{"check", c.spec.Name, "state", r.state.String(), "reason", r.reason, "took", took.Round(time.Microsecond).String()}
+		if r.state == failing {
+			h.log.Warn("check failing", attrs...)
+		} else {
+			h.log.Info("check state changed", attrs...)
+		}
+	}
+	if r.state == passing && !h.started.Load() {
+		h.checkStarted()
+	}
+}
+
+// checkStarted latches startup once every startup check has passed once.
+func (h *Health) checkStarted() {
+	for _, c := range h.checks {
+		if c.probes[Startup] && !c.cur.Load().passedOnce {
+			return
+		}
+	}
+	if !h.started.Swap(true) {
+		h.log.Info("startup probe passed", "after", h.clock.Since(h.start).Round(time.Millisecond).String())
+	}
+}
