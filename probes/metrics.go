@@ -73,4 +73,3 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
-

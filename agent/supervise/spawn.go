@@ -26,7 +26,7 @@ func (s *Supervisor) Start(argv []string, attr *os.ProcAttr) (int, <-chan syscal
 	if err != nil {
 		return 0, nil, err
 	}
-	pid := p.Pid // Release sets p.Pid to -1
+	pid := p.Pid    // Release sets p.Pid to -1
 	_ = p.Release() // the reap loop waits, not os.Process
 	done := make(chan syscall.WaitStatus, 1)
 	s.spawned[pid] = done
