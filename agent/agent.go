@@ -87,6 +87,10 @@ type Plan struct {
 type Agent struct {
 	opts Options
 	log  *slog.Logger
+	// registry holds every duty's metrics, served by --metrics-addr while
+	// waiting and by the probe server in the steady state.
+	registry *prometheus.Registry
+	metrics  *agentMetrics
 }
 
 // New checks the options and fills defaults.
@@ -100,7 +104,8 @@ func New(o Options) *Agent {
 	if o.LookupEnv == nil {
 		o.LookupEnv = os.LookupEnv
 	}
-	return &Agent{opts: o, log: o.Logger}
+	reg := prometheus.NewRegistry()
+	return &Agent{opts: o, log: o.Logger, registry: reg, metrics: newAgentMetrics(reg, o.Version)}
 }
 
 func (a *Agent) env(name string) string {
@@ -297,41 +302,13 @@ func (a *Agent) Wait(ctx context.Context, p *Plan) error {
 	if len(p.Dependencies) == 0 {
 		return nil
 	}
-	cfg := discovery.Config{
-		Dependencies: p.Dependencies,
-		Timeout:      p.Timeout,
-		Namespace:    p.Namespace,
-		PodName:      p.PodName,
-		NodeName:     p.NodeName,
-		Logger:       a.log,
-	}
-	var needDNS, needAPI bool
-	for _, d := range p.Dependencies {
-		needDNS = needDNS || d.Kind == discovery.KindDNS
-		needAPI = needAPI || d.Kind.NeedsAPI()
-	}
-	if needDNS {
-		r, err := a.resolver(p.Namespace)
-		if err != nil {
-			return err
-		}
-		cfg.DNS = r
-	}
-	rc, err := a.restConfig()
+	cfg, err := a.discoveryConfig(p, p.Dependencies)
 	if err != nil {
 		return err
 	}
-	if rc != nil {
-		if cfg.Kube, err = discovery.NewKube(rc); err != nil {
-			return configErr("kubernetes client: %v", err)
-		}
-	} else if needAPI {
-		return configErr("dependencies need the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG")
-	}
+	cfg.Registerer = a.registry // also served by the probe server later
 	if a.opts.MetricsAddr != "" {
-		reg := prometheus.NewRegistry()
-		cfg.Registerer = reg
-		stop, err := a.serveMetrics(a.opts.MetricsAddr, reg)
+		stop, err := a.serveMetrics(a.opts.MetricsAddr, a.registry)
 		if err != nil {
 			return err
 		}
@@ -350,6 +327,44 @@ func (a *Agent) Wait(ctx context.Context, p *Plan) error {
 	}
 	a.reportFailure(p, cfg.Kube, "DependencyWaitFailed", err)
 	return err
+}
+
+// discoveryConfig gives discovery the means deps need: DNS when one is a
+// dns: dependency, the API when there is a kubeconfig or a service account
+// (required when one needs it).
+func (a *Agent) discoveryConfig(p *Plan, deps []discovery.Dependency) (discovery.Config, error) {
+	cfg := discovery.Config{
+		Dependencies: deps,
+		Timeout:      p.Timeout,
+		Namespace:    p.Namespace,
+		PodName:      p.PodName,
+		NodeName:     p.NodeName,
+		Logger:       a.log,
+	}
+	var needDNS, needAPI bool
+	for _, d := range deps {
+		needDNS = needDNS || d.Kind == discovery.KindDNS
+		needAPI = needAPI || d.Kind.NeedsAPI()
+	}
+	if needDNS {
+		r, err := a.resolver(p.Namespace)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.DNS = r
+	}
+	rc, err := a.restConfig()
+	if err != nil {
+		return cfg, err
+	}
+	if rc != nil {
+		if cfg.Kube, err = discovery.NewKube(rc); err != nil {
+			return cfg, configErr("kubernetes client: %v", err)
+		}
+	} else if needAPI {
+		return cfg, configErr("dependencies need the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG")
+	}
+	return cfg, nil
 }
 
 // summary prints the final state of every dependency, one line each.

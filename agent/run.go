@@ -156,7 +156,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		return 0, configErr("run.user/run.group: %v", err)
 	}
 	env := a.childEnv(cred)
-	if !a.supervise(run.Supervise) {
+	if !a.supervise(run.Supervise, config0(p).SteadyState()) {
 		return 0, execAs(command, env, cred)
 	}
 	s, err := supervise.New(supervise.Config{
@@ -165,18 +165,38 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		Credential: cred,
 		Grace:      config0(p).Grace(),
 		Logger:     a.log,
+		Signals:    forwarded(),
 	})
 	if err != nil {
 		return 0, configErr("run: %v", err)
 	}
-	code, err := s.Run(ctx)
-	if err != nil {
+	a.metrics.restarts(func() int { return 0 }) // run never restarts the service (yet): it exits with it
+	code, err := a.steadyState(ctx, p, s, s, s, env, false)
+	var cerr *ConfigError
+	switch {
+	case errors.As(err, &cerr):
+		return 0, err
+	case err != nil:
 		// The service could not start (127 not found, 126 not executable):
 		// exit with the code a shell would give, and say why.
 		a.log.Error("service failed to start", "command", command[0], "error", err.Error(), "code", code)
 		a.reportFailure(p, nil, "ServiceStartFailed", err)
 	}
+	a.metrics.exitCode.Set(float64(code))
 	return code, nil
+}
+
+// forwarded are the signals the supervisor passes to the service as they
+// come. SIGTERM is not among them: it stops the agent's steady state, which
+// fails readiness first and then stops the service (Supervisor.Stop).
+func forwarded() []os.Signal {
+	var out []os.Signal
+	for _, s := range supervise.DefaultSignals() {
+		if s != syscall.SIGTERM {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // command chooses what to run: kolla's bootstrap or upgrade command when
@@ -215,16 +235,16 @@ func (a *Agent) command(p *Plan, kc *render.KollaConfig, args []string) ([]strin
 
 // supervise decides whether the agent stays as the service's parent. In
 // "auto", it does when it is PID 1, because then it must reap the zombies a
-// service leaves (later: also when probes, logs or reload need it);
-// otherwise it execs the service and costs nothing after.
-func (a *Agent) supervise(mode string) bool {
+// service leaves, and when a steady-state duty (probes) needs it; otherwise
+// it execs the service and costs nothing after.
+func (a *Agent) supervise(mode string, steady bool) bool {
 	switch mode {
 	case "always":
 		return true
 	case "never":
 		return false
 	}
-	return os.Getpid() == 1
+	return os.Getpid() == 1 || steady
 }
 
 // childEnv is the service's environment: the container's, minus the agent's

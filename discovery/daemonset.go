@@ -16,7 +16,7 @@ func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Ob
 	ns := w.namespace(d)
 	var ds *daemonSet
 	lw := newListWatch(w.cfg.Kube.in(daemonSetsGVR, ns), byName(d.Name), apiTrouble(report))
-	err := w.watchUntil(ctx, d, notFinal(report), lw, &unstructured.Unstructured{}, func(objs []any) Observation {
+	err := w.watchUntil(step(ctx), d, notFinal(report), lw, &unstructured.Unstructured{}, func(objs []any) Observation {
 		for _, x := range decodeAll[daemonSet](objs) {
 			if x.Status.ObservedGeneration < x.Generation {
 				return waiting("daemonset %s/%s: generation %d not yet processed by its controller", ns, d.Name, x.Generation)

@@ -264,7 +264,7 @@ func (w *Waiter) poll(ctx context.Context, d Dependency, report func(Observation
 		if ctx.Err() != nil {
 			return ctx.Err() // the look was cut short: its observation means nothing
 		}
-		if done, err := settle(d, o, report); done {
+		if done, err := settle(ctx, d, o, report); done {
 			return err
 		}
 		if !w.sleep(ctx, b.Step()) {
@@ -274,9 +274,13 @@ func (w *Waiter) poll(ctx context.Context, d Dependency, report func(Observation
 }
 
 // settle reports an observation and says whether the wait for d is over:
-// ready (nil) or failed (an error wrapping ErrFailed).
-func settle(d Dependency, o Observation, report func(Observation)) (bool, error) {
+// ready (nil) or failed (an error wrapping ErrFailed). A followed dependency
+// is never over: its state is reported and the watch goes on.
+func settle(ctx context.Context, d Dependency, o Observation, report func(Observation)) (bool, error) {
 	report(o)
+	if following(ctx) {
+		return false, nil
+	}
 	switch o.State {
 	case Ready:
 		return true, nil

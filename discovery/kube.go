@@ -101,7 +101,7 @@ func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Obser
 				continue
 			}
 		}
-		if done, err := settle(d, eval(store.List()), report); done {
+		if done, err := settle(ctx, d, eval(store.List()), report); done {
 			return err
 		}
 	}

@@ -21,7 +21,7 @@ func (w *Waiter) waitResource(ctx context.Context, d Dependency, report func(Obs
 	var namespaced bool
 	// Which resource serves the kind, and whether it is namespaced, is asked of
 	// the API's discovery; a CRD installed later is waited for.
-	err := w.poll(ctx, d, notFinal(report), func(ctx context.Context) Observation {
+	err := w.poll(step(ctx), d, notFinal(report), func(ctx context.Context) Observation {
 		list, err := w.cfg.Kube.apiResources(ctx, gv)
 		switch {
 		case apierrors.IsNotFound(err):

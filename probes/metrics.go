@@ -44,6 +44,7 @@ func newMetrics(reg prometheus.Registerer, h *Health) (*metrics, error) {
 	}
 	for _, c := range h.checks {
 		m.passing.WithLabelValues(c.spec.Name).Set(0)
+		m.duration.WithLabelValues(c.spec.Name).Set(0)
 		m.failures.WithLabelValues(c.spec.Name).Add(0)
 	}
 	if reg == nil {

@@ -78,8 +78,9 @@ type Run struct {
 	Bootstrap string `json:"bootstrap,omitempty"`
 	Upgrade   string `json:"upgrade,omitempty"`
 	// Supervise: "auto" (default) keeps the agent as the service's parent
-	// when it is PID 1 (someone must reap zombies) and execs the service
-	// otherwise; "always" or "never" force it.
+	// when it is PID 1 (someone must reap zombies) or a steady-state duty is
+	// configured (probes), and execs the service otherwise; "always" or
+	// "never" force it.
 	Supervise string `json:"supervise,omitempty"`
 }
 
@@ -260,7 +261,11 @@ func (c *Config) validateRun() error {
 		return err
 	}
 	switch c.Run.Supervise {
-	case "", "auto", "always", "never":
+	case "", "auto", "always":
+	case "never":
+		if c.SteadyState() {
+			return fmt.Errorf("run.supervise: \"never\" execs the service, but probes.checks need the agent to stay beside it (use auto)")
+		}
 	default:
 		return fmt.Errorf("run.supervise: %q (want auto, always or never)", c.Run.Supervise)
 	}

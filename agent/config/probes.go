@@ -173,6 +173,12 @@ var probeNames = map[string]bool{"startup": true, "readiness": true, "liveness":
 var checkName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`)
 
 func (c *Config) validateProbes() error {
+	// YAML 1.1 reads a bare `off` as false, which arrives here as "false".
+	for _, v := range []*string{&c.Probes.Address, &c.Probes.Socket} {
+		if *v == "false" {
+			*v = "off"
+		}
+	}
 	p := c.Probes
 	for _, a := range []struct{ field, v string }{{"probes.address", p.Address}} {
 		if a.v == "" || a.v == "off" {

@@ -53,6 +53,7 @@ func (s *Supervisor) setReaping(on bool) {
 	defer s.spawnMu.Unlock()
 	s.reaping = on
 	if on {
+		close(s.running)
 		return
 	}
 	for pid, ch := range s.spawned {
@@ -75,3 +76,6 @@ func (s *Supervisor) setReaping(on bool) {
 // PID is the service's pid while it runs, 0 before it starts and once it
 // has ended.
 func (s *Supervisor) PID() int { return int(s.pid.Load()) }
+
+// Running is closed once the service has started and Start may be used.
+func (s *Supervisor) Running() <-chan struct{} { return s.running }

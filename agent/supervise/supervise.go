@@ -79,6 +79,8 @@ type Supervisor struct {
 
 	pid atomic.Int64 // the main child while it runs
 
+	running chan struct{} // closed when the child has started
+
 	spawnMu sync.Mutex
 	reaping bool // Run's loop is collecting children: Start may fork
 	spawned map[int]chan syscall.WaitStatus
@@ -127,6 +129,7 @@ func New(cfg Config) (*Supervisor, error) {
 		stopCh:  make(chan struct{}),
 		done:    make(chan struct{}),
 		spawned: map[int]chan syscall.WaitStatus{},
+		running: make(chan struct{}),
 	}
 	if cfg.Credential != nil {
 		id := *cfg.Credential

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -324,4 +325,69 @@ func BenchmarkRunKollaStartOverhead(b *testing.B) {
 	b.ReportMetric(ms(median(agentT)), "agent-ms/median")
 	b.ReportMetric(ms(median(trueT)), "bin-true-ms/median")
 	b.ReportMetric(ms(median(agentT)-median(trueT)), "overhead-ms/median")
+}
+
+// maxRSSKiB is the peak RSS of a finished child, from its rusage.
+func maxRSSKiB(c *exec.Cmd) int64 {
+	if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		return ru.Maxrss
+	}
+	return 0
+}
+
+// The exec-probe client as the kubelet runs it every few seconds: a whole
+// `kolla-agent probe readiness` process against a running agent, against
+// /bin/true in the same run (alternating). Targets: <= 5 ms median wall,
+// <= 10 MiB peak RSS.
+func BenchmarkProbeClient(b *testing.B) {
+	dir := b.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	cfg := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf(`
+probes:
+  address: "off"
+  socket: %s
+  checks:
+    - name: alive
+      process: {}
+      probes: [startup, readiness, liveness]
+      period: 1s
+`, sock)), 0o600)
+	a := startAgent(b, []string{"PATH=" + os.Getenv("PATH")}, "--config", cfg, "run", "--", "sleep", "300")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c := exec.Command(s.bin, "probe", "readiness", "--socket", sock)
+		if c.Run() == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("agent never ready:\n%s", a.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	run := func(name string, args ...string) (time.Duration, int64) {
+		c := exec.Command(name, args...)
+		t0 := time.Now()
+		if out, err := c.CombinedOutput(); err != nil {
+			b.Fatalf("%s: %v\n%s", name, err, out)
+		}
+		return time.Since(t0), maxRSSKiB(c)
+	}
+	var probeT, trueT []time.Duration
+	var rss []time.Duration // KiB, sorted with the same helper
+	for range b.N {
+		for range 10 * benchSamples() {
+			d, r := run(s.bin, "probe", "readiness", "--socket", sock)
+			probeT = append(probeT, d)
+			rss = append(rss, time.Duration(r))
+			d, _ = run("/bin/true")
+			trueT = append(trueT, d)
+		}
+	}
+	b.ReportMetric(ms(median(probeT)), "probe-ms/median")
+	b.ReportMetric(ms(maxOf(probeT)), "probe-ms/max")
+	b.ReportMetric(ms(median(trueT)), "bin-true-ms/median")
+	b.ReportMetric(float64(maxOf(rss))/1024, "probe-MiB-rss/max")
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.exit(30 * time.Second)
 }

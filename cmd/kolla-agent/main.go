@@ -53,6 +53,12 @@ Commands:
                        agent.yaml, or kolla's command), or kolla's bootstrap or
                        upgrade command when KOLLA_BOOTSTRAP/KOLLA_UPGRADE is set;
                        exits with the service's code (128+N if signal N killed it)
+  sidecar              serve probes (and later logs, reload) for a service that
+                       another container of the pod runs, found in the shared
+                       PID namespace by sidecar.process; runs until SIGTERM
+  probe startup|readiness|liveness [--socket PATH] [--verbose]
+                       ask the running agent over its Unix socket (exec
+                       probes); exit 0 if the probe passes, 1 if not
   version              print the version
 
 With no command and kubernetes-entrypoint variables (DEPENDENCY_*, COMMAND) set,
@@ -92,6 +98,12 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// The exec-probe client runs every few seconds in every pod: it parses
+	// its own flags and touches nothing else (no logger, no config, no
+	// Kubernetes client).
+	if len(args) > 0 && args[0] == "probe" {
+		return probe(args[1:], stdout, stderr)
+	}
 	g := globals{config: os.Getenv("KOLLA_AGENT_CONFIG"), logFormat: "text", logLevel: "info"}
 	root := flag.NewFlagSet("kolla-agent", flag.ContinueOnError)
 	root.SetOutput(stderr)
@@ -142,6 +154,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.DurationVar(&timeout, "timeout", 0, "overall dependency timeout, overriding the config's")
 		fs.Usage = func() {
 			fmt.Fprint(stderr, "Usage: kolla-agent run [flags] [-- CMD...]\n\nWaits, renders, then runs the service and exits with its code.\n\n")
+			fs.PrintDefaults()
+		}
+	case "sidecar":
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent sidecar [flags]\n\nServes the probes of agent.yaml for a service another container runs; runs until SIGTERM.\n\n")
 			fs.PrintDefaults()
 		}
 	case "":
@@ -204,6 +221,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitCode(logger, err)
 		}
 		return code
+	case "sidecar":
+		return exitCode(logger, a.RunSidecar(ctx, plan))
 	}
 	err = a.Wait(ctx, plan)
 	if err == nil && len(plan.Command) > 0 {

@@ -30,6 +30,7 @@ import (
 // suite is what TestMain sets up once for the package's tests.
 type suite struct {
 	bin string
+	dir string // removed when the tests end
 	env *testenv.Env
 }
 
@@ -55,6 +56,7 @@ func setup(m *testing.M) (int, error) {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
+	s.dir = dir
 	s.bin = filepath.Join(dir, "kolla-agent")
 	build := exec.Command("go", "build", "-o", s.bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -135,6 +137,9 @@ func startAgentCmd(t testing.TB, cmd *exec.Cmd, env []string) *agentProc {
 	t.Helper()
 	a := &agentProc{t: t, done: make(chan struct{}), cmd: cmd}
 	a.cmd.Env = env
+	// A service orphaned by a killed agent keeps the output pipe open: do
+	// not wait for it after the agent itself has gone.
+	a.cmd.WaitDelay = 5 * time.Second
 	a.cmd.Stdout = &a.out
 	a.cmd.Stderr = &a.out
 	if err := a.cmd.Start(); err != nil {

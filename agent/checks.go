@@ -1,0 +1,138 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/probes"
+)
+
+// checkMeans is what the checks of probes.checks are built with.
+type checkMeans struct {
+	pids    probes.PIDSource // the service's process; nil when there is none
+	spawner probes.Spawner   // starts exec checks
+	env     []string         // exec checks' environment
+	deps    *discovery.Waiter
+}
+
+// checkSpecs turns probes.checks into the probes package's specs. In
+// sidecar mode, where the service's process can vanish and come back, a
+// liveness "process" check is added unless the config has its own.
+func (a *Agent) checkSpecs(cfg *config.Config, m checkMeans, sidecar bool) ([]probes.Spec, error) {
+	var specs []probes.Spec
+	hasProcess := false
+	for i := range cfg.Probes.Checks {
+		ch := &cfg.Probes.Checks[i]
+		f := fmt.Sprintf("probes.checks[%d]", i)
+		c, err := a.checker(ch, f, m)
+		if err != nil {
+			return nil, err
+		}
+		hasProcess = hasProcess || ch.Process != nil
+		period, timeout, failure, success := ch.CheckTiming()
+		var ps []probes.Probe
+		for _, n := range ch.ProbeList() {
+			p, err := probes.ParseProbe(n)
+			if err != nil {
+				return nil, fmt.Errorf("%s.probes: %v", f, err)
+			}
+			ps = append(ps, p)
+		}
+		specs = append(specs, probes.Spec{
+			Name: ch.Name, Probes: ps, Period: period, Timeout: timeout,
+			FailureThreshold: failure, SuccessThreshold: success, Checker: c,
+		})
+	}
+	if sidecar && !hasProcess && m.pids != nil {
+		specs = append(specs, probes.Spec{
+			Name: "process", Probes: []probes.Probe{probes.Liveness},
+			Period: 2 * time.Second, Timeout: time.Second, FailureThreshold: 3, SuccessThreshold: 1,
+			Checker: probes.NewProcess(m.pids),
+		})
+	}
+	return specs, nil
+}
+
+func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checker, error) {
+	needPID := func(what string) error {
+		if m.pids == nil {
+			return fmt.Errorf("%s.%s: there is no service process to check: in `run` the agent must supervise it (run.supervise), in `sidecar` give sidecar.process", f, what)
+		}
+		return nil
+	}
+	switch {
+	case ch.Process != nil:
+		if err := needPID("process"); err != nil {
+			return nil, err
+		}
+		return probes.NewProcess(m.pids), nil
+	case ch.Connections != nil:
+		if err := needPID("connections"); err != nil {
+			return nil, err
+		}
+		min := ch.Connections.Min
+		if min == 0 {
+			min = 1
+		}
+		return probes.NewConnections(m.pids, ch.Connections.Ports, min), nil
+	case ch.TCP != nil:
+		return probes.NewTCP(ch.TCP.Address), nil
+	case ch.HTTP != nil:
+		h := ch.HTTP
+		c, err := probes.NewHTTP(probes.HTTPConfig{URL: h.URL, ExpectStatus: h.ExpectStatus, BodyRegex: h.BodyRegex,
+			Host: h.Host, CAFile: a.path(h.CAFile), InsecureSkipVerify: h.InsecureSkipVerify})
+		if err != nil {
+			return nil, fmt.Errorf("%s.http: %v", f, err)
+		}
+		return c, nil
+	case ch.Exec != nil:
+		argv, err := ch.Exec.Command.Words()
+		if err != nil {
+			return nil, fmt.Errorf("%s.exec.command: %v", f, err)
+		}
+		return probes.NewExec(argv, m.spawner, m.env), nil
+	case ch.File != nil:
+		maxAge, err := time.ParseDuration(ch.File.MaxAge)
+		if err != nil {
+			return nil, fmt.Errorf("%s.file.maxAge: %v", f, err)
+		}
+		return probes.NewFile(ch.File.Path, maxAge), nil
+	case ch.Dependency != nil:
+		d, err := discovery.Parse(ch.Dependency.Wait)
+		if err != nil {
+			return nil, fmt.Errorf("%s.dependency.wait: %v", f, err)
+		}
+		if m.deps == nil {
+			return nil, fmt.Errorf("%s.dependency: no means to check dependencies", f)
+		}
+		return probes.NewDependency(d, m.deps, a.log.With("check", ch.Name)), nil
+	case ch.RPC != nil:
+		r := ch.RPC
+		c, err := probes.NewRPC(probes.RPCConfig{
+			ConfigFile: a.path(r.ConfigFile), TransportURL: r.TransportURL, Topic: r.Topic, Server: r.Server,
+			Exchange: r.Exchange, Method: r.Method, Namespace: r.Namespace, Version: r.Version,
+			Logger: a.log.With("check", ch.Name),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s.rpc: %v", f, err)
+		}
+		return c, nil
+	}
+	return nil, fmt.Errorf("%s: no check type", f)
+}
+
+// dependencyChecks are the dependencies that checks follow, for building
+// one discovery.Waiter (and its means) for all of them.
+func dependencyChecks(cfg *config.Config) []discovery.Dependency {
+	var deps []discovery.Dependency
+	for _, ch := range cfg.Probes.Checks {
+		if ch.Dependency != nil {
+			if d, err := discovery.Parse(ch.Dependency.Wait); err == nil {
+				deps = append(deps, d)
+			}
+		}
+	}
+	return deps
+}

@@ -1,0 +1,64 @@
+package agent
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+
+	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/probes"
+)
+
+// Every metric the agent can export (its own, the probes', discovery's),
+// registered as the agent registers them: lint-clean by Prometheus' rules,
+// and listed in the README so an operator can find what it means.
+func TestMetricNamesLintedAndDocumented(t *testing.T) {
+	a := New(Options{Version: "test"})
+	a.metrics.restarts(func() int { return 0 })
+	if _, err := probes.New(probes.Config{
+		Checks: []probes.Spec{{
+			Name: "heartbeat", Probes: []probes.Probe{probes.Readiness}, Period: time.Second, Timeout: time.Second,
+			Checker: probes.NewFile("/nonexistent", time.Minute),
+		}},
+		Registerer: a.registry,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := discovery.Parse("file:/nonexistent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := discovery.New(discovery.Config{Dependencies: []discovery.Dependency{d}, Registerer: a.registry}); err != nil {
+		t.Fatal(err)
+	}
+	a.metrics.dutyFailures.WithLabelValues("probe-server").Add(0)
+	mfs, err := a.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("metric %s: %s", p.Metric, p.Text)
+	}
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) < 10 {
+		t.Errorf("only %d metric families gathered; the test no longer sees them all", len(mfs))
+	}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "kolla_agent_") {
+			t.Errorf("metric %s lacks the kolla_agent_ prefix", mf.GetName())
+		}
+		if !strings.Contains(string(readme), "`"+mf.GetName()+"`") {
+			t.Errorf("metric %s is not listed in README.md", mf.GetName())
+		}
+	}
+}

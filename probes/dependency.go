@@ -1,0 +1,110 @@
+package probes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kolla-agent/kolla-agent/discovery"
+)
+
+// Looker is what the dependency check needs of discovery: one look at a
+// local dependency, or a watch that follows an API object.
+type Looker interface {
+	Look(ctx context.Context, d discovery.Dependency) discovery.Observation
+	Follow(ctx context.Context, d discovery.Dependency, report func(discovery.Observation)) error
+}
+
+// DependencyCheck: a dependency of the wait syntax still resolves. Local
+// ones (DNS, TCP, HTTP, file, socket) are looked at once per check; API
+// objects are followed by one watch started at the first check, and each
+// check reads its latest state: the API server is never polled.
+type DependencyCheck struct {
+	dep discovery.Dependency
+	w   Looker
+	log *slog.Logger
+
+	once   sync.Once
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	last *discovery.Observation
+}
+
+// NewDependency checks d through w.
+func NewDependency(d discovery.Dependency, w Looker, log *slog.Logger) *DependencyCheck {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &DependencyCheck{dep: d, w: w, log: log}
+}
+
+// Check implements Checker.
+func (c *DependencyCheck) Check(ctx context.Context) (string, error) {
+	if !c.dep.Kind.NeedsAPI() {
+		return verdict(c.dep, c.w.Look(ctx, c.dep))
+	}
+	c.once.Do(c.follow)
+	c.mu.Lock()
+	last := c.last
+	c.mu.Unlock()
+	if last == nil {
+		return "", fmt.Errorf("%s: watch not synced yet", c.dep)
+	}
+	return verdict(c.dep, *last)
+}
+
+func verdict(d discovery.Dependency, o discovery.Observation) (string, error) {
+	if o.State == discovery.Ready {
+		return o.Detail, nil
+	}
+	return "", fmt.Errorf("%s: %s: %s", d, o.State, o.Detail)
+}
+
+// follow starts the watch; it runs until Close, started again with backoff
+// whenever it ends on an error of its own.
+func (c *DependencyCheck) follow() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel, c.done = cancel, make(chan struct{})
+	go func() {
+		defer close(c.done)
+		b := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 30 * time.Second}
+		for {
+			err := c.w.Follow(ctx, c.dep, func(o discovery.Observation) {
+				c.mu.Lock()
+				c.last = &o
+				c.mu.Unlock()
+			})
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				err = errors.New("watch ended")
+			}
+			c.log.Debug("dependency watch ended; starting it again", "dependency", c.dep.String(), "error", err.Error())
+			t := time.NewTimer(b.Step())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Close stops the watch and waits for it.
+func (c *DependencyCheck) Close() error {
+	c.once.Do(func() {}) // a check never run has nothing to stop
+	if c.cancel != nil {
+		c.cancel()
+		<-c.done
+	}
+	return nil
+}
