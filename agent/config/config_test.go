@@ -144,6 +144,8 @@ func FuzzParse(f *testing.F) {
 		"namespace: x\ndependencies: {timeout: 5m}\n",
 		"dependencies:\n  wait: [\"job:ns/a=b,c=d\", \"pod:app=x@samenode\"]\n",
 		"{}", "", "- a", "dependencies: {wait: [{}]}",
+		"probes:\n  address: \":8095\"\n  checks:\n    - {name: api, http: {url: \"http://a:1/v3\"}, probes: [startup], period: 1s}\n    - {name: x, exec: {command: [a, b]}}\n",
+		"probes:\n  checks:\n    - {name: r, rpc: {transportURL: \"rabbit://u:p@h:1/\", topic: t}}\nsidecar: {process: {cmdline: \"nova-.*\"}}\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/probes"
+)
+
+type fixedPID int
+
+func (p fixedPID) PID() int { return int(p) }
+
+// Every check type of agent.yaml becomes the probes package's checker with
+// its timing and probes; the sidecar gets a liveness process check unless
+// it has one.
+func TestCheckSpecsFromConfig(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "nova.conf"), "[DEFAULT]\ntransport_url = rabbit://nova:secret@127.0.0.1:5672/\n")
+	c, err := config.Parse("agent.yaml", []byte(`
+probes:
+  checks:
+    - {name: p, process: {}, probes: [liveness]}
+    - {name: t, tcp: {address: "127.0.0.1:1"}, period: 5s, timeout: 1s, failureThreshold: 4, successThreshold: 2}
+    - {name: h, http: {url: "http://127.0.0.1:1/v3"}}
+    - {name: e, exec: {command: "true"}, probes: [startup, readiness]}
+    - {name: e2, exec: {command: ["sh", "-c", "exit 0"]}}
+    - {name: c, connections: {ports: [5672]}}
+    - {name: f, file: {path: /tmp/heartbeat, maxAge: 1m}}
+    - {name: d, dependency: {wait: "tcp:127.0.0.1:1"}}
+    - {name: r, rpc: {configFile: `+filepath.Join(dir, "nova.conf")+`, topic: conductor, exchange: nova}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := discovery.New(discovery.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(Options{})
+	specs, err := a.checkSpecs(c, checkMeans{pids: fixedPID(1), spawner: probes.OSSpawner{}, deps: w}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"p": "*probes.ProcessCheck", "t": "*probes.TCPCheck", "h": "*probes.HTTPCheck", "e": "*probes.ExecCheck",
+		"e2": "*probes.ExecCheck", "c": "*probes.ConnectionsCheck", "f": "*probes.FileCheck", "d": "*probes.DependencyCheck", "r": "*probes.RPC"}
+	if len(specs) != len(want) {
+		t.Fatalf("%d specs, want %d", len(specs), len(want))
+	}
+	for _, s := range specs {
+		if got := typeName(s.Checker); got != want[s.Name] {
+			t.Errorf("check %s: %s, want %s", s.Name, got, want[s.Name])
+		}
+		if cl, ok := s.Checker.(probes.Closer); ok {
+			cl.Close()
+		}
+	}
+	tcp := specs[1]
+	if tcp.Period != 5*time.Second || tcp.Timeout != time.Second || tcp.FailureThreshold != 4 || tcp.SuccessThreshold != 2 || len(tcp.Probes) != 1 || tcp.Probes[0] != probes.Readiness {
+		t.Errorf("timing or probes lost: %+v", tcp)
+	}
+	if e := specs[3]; len(e.Probes) != 2 || e.Probes[0] != probes.Startup {
+		t.Errorf("probes list lost: %+v", e.Probes)
+	}
+
+	// Sidecar: a liveness process check is added when the config has none.
+	c2, _ := config.Parse("agent.yaml", []byte("probes:\n  checks:\n    - {name: t, tcp: {address: \"127.0.0.1:1\"}}\n"))
+	specs, err = a.checkSpecs(c2, checkMeans{pids: fixedPID(1)}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 2 || specs[1].Name != "process" || specs[1].Probes[0] != probes.Liveness {
+		t.Errorf("sidecar specs: %+v", specs)
+	}
+}
+
+// Bad inputs that only show when the checks are built name the field.
+func TestCheckSpecsBadInput(t *testing.T) {
+	a := New(Options{})
+	for _, tc := range []struct{ yaml, want string }{
+		{"probes:\n  checks:\n    - {name: p, process: {}}\n", "probes.checks[0].process: there is no service process"},
+		{"probes:\n  checks:\n    - {name: c, connections: {ports: [3306]}}\n", "probes.checks[0].connections: there is no service process"},
+		{"probes:\n  checks:\n    - {name: h, http: {url: \"https://x/\", caFile: /nonexistent/ca.pem}}\n", "probes.checks[0].http"},
+		{"probes:\n  checks:\n    - {name: r, rpc: {configFile: /nonexistent/nova.conf, topic: conductor}}\n", "probes.checks[0].rpc"},
+	} {
+		c, err := config.Parse("agent.yaml", []byte(tc.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.yaml, err)
+		}
+		_, err = a.checkSpecs(c, checkMeans{}, false)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want it to contain %q", tc.yaml, err, tc.want)
+		}
+	}
+}
+
+
+func typeName(v any) string { return fmt.Sprintf("%T", v) }

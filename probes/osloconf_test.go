@@ -1,0 +1,271 @@
+package probes
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestOsloConfParse(t *testing.T) {
+	const conf = `# rendered by kolla-agent
+[DEFAULT]
+debug = true
+transport_url = rabbit://nova:pa$$ss@rabbit-0:5672,nova:pa$$ss@rabbit-1:5672/
+; a comment
+host: compute-1
+control_exchange = "nova"
+my_ip = 10.0.0.1
+log_dir = $state_path/log
+state_path = /var/lib/nova
+unknown_ref = ${nosuch} and $ alone and \$HOME
+cross = ${oslo_messaging_rabbit.ssl_ca_file}
+multi = first
+  second
+	third
+host = compute-2
+
+[Oslo_Messaging_Rabbit]
+ssl = True
+ssl_ca_file = '/etc/ssl/ca.pem'
+Key = case-sensitive
+[default]
+transport_url = not the DEFAULT section
+`
+	c, err := parseOsloConf("nova.conf", []byte(conf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		section, key, want string
+		set                bool
+	}{
+		{"DEFAULT", "transport_url", "rabbit://nova:pa$ss@rabbit-0:5672,nova:pa$ss@rabbit-1:5672/", true},
+		{"DEFAULT", "host", "compute-2", true}, // the last assignment wins; ':' separates too
+		{"DEFAULT", "control_exchange", "nova", true},
+		{"DEFAULT", "log_dir", "/var/lib/nova/log", true},
+		{"DEFAULT", "unknown_ref", "${nosuch} and $ alone and $HOME", true},
+		{"DEFAULT", "cross", "/etc/ssl/ca.pem", true},
+		{"DEFAULT", "multi", "first\nsecond\nthird", true},
+		{"DEFAULT", "Debug", "", false}, // keys are case-sensitive
+		{"oslo_messaging_rabbit", "ssl", "True", true},
+		{"OSLO_MESSAGING_RABBIT", "ssl_ca_file", "/etc/ssl/ca.pem", true},
+		{"oslo_messaging_rabbit", "key", "", false},
+		{"oslo_messaging_rabbit", "Key", "case-sensitive", true},
+		{"default", "transport_url", "not the DEFAULT section", true},
+		{"nosuch", "key", "", false},
+	} {
+		got, ok := c.get(tc.section, tc.key)
+		if ok != tc.set || got != tc.want {
+			t.Errorf("[%s] %s = %q, %v; want %q, %v", tc.section, tc.key, got, ok, tc.want, tc.set)
+		}
+	}
+	if got, want := c.where("DEFAULT", "host"), "nova.conf:16: [DEFAULT] host"; got != want {
+		t.Errorf("where = %q, want %q", got, want)
+	}
+	if got, want := c.where("DEFAULT", "nosuch"), "nova.conf: [DEFAULT] nosuch"; got != want {
+		t.Errorf("where = %q, want %q", got, want)
+	}
+}
+
+func TestOsloConfSubstitutionCycle(t *testing.T) {
+	c, err := parseOsloConf("f", []byte("[DEFAULT]\na = x$b\nb = y$a\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := c.get("DEFAULT", "a")
+	if !strings.HasPrefix(got, "xyxy") || len(got) > 100 {
+		t.Errorf("a = %q: a cycle must stop, not loop", got)
+	}
+}
+
+func TestOsloConfErrors(t *testing.T) {
+	for _, tc := range []struct{ name, conf, want string }{
+		{"continuation first", "  indented\n", "f:1: unexpected continuation line"},
+		{"continuation after section", "[DEFAULT]\n  indented\n", "f:2: unexpected continuation line"},
+		{"no separator", "[DEFAULT]\nx = 1\njust words\n", "f:3: no ':' or '=' found in assignment"},
+		{"empty key", "[DEFAULT]\n= value\n", "f:2: key cannot be empty"},
+		{"unclosed section", "[DEFAULT\n", "f:1: invalid section (must end with ])"},
+		{"empty section", "[]\n", "f:1: empty section name"},
+		{"no section", "transport_url = rabbit://u:secret@h/\n", "f:1: assignment before any [section]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseOsloConf("f", []byte(tc.conf))
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("error echoes the line: %v", err)
+			}
+		})
+	}
+}
+
+func TestOsloBool(t *testing.T) {
+	for in, want := range map[string]bool{"true": true, "True": true, "1": true, "on": true, "YES": true, "false": false, "0": false, "off": false, "no": false} {
+		got, err := parseOsloBool(in)
+		if err != nil || got != want {
+			t.Errorf("parseOsloBool(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := parseOsloBool("maybe"); err == nil {
+		t.Error("maybe parsed")
+	}
+}
+
+func TestOsloTransportURL(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		hosts []amqpHost
+		vhost string
+		query map[string]string
+	}{
+		{"rabbit://nova:secret@rabbit:5672/", []amqpHost{{"rabbit", 5672, "nova", "secret"}}, "/", nil},
+		{"rabbit://nova:secret@rabbit/", []amqpHost{{"rabbit", 5672, "nova", "secret"}}, "/", nil},
+		{"rabbit://nova:secret@rabbit", []amqpHost{{"rabbit", 5672, "nova", "secret"}}, "/", nil},
+		{"rabbit://a:p1@h1:5671,b:p2@h2:5672/nova?ssl=1&heartbeat_timeout_threshold=30",
+			[]amqpHost{{"h1", 5671, "a", "p1"}, {"h2", 5672, "b", "p2"}}, "nova",
+			map[string]string{"ssl": "1", "heartbeat_timeout_threshold": "30"}},
+		{"rabbit://us%40er:p%40ss%3Aw%2Frd%25@h:1/%2F", []amqpHost{{"h", 1, "us@er", "p@ss:w/rd%"}}, "/", nil},
+		{"rabbit://u:100%zz@h/", []amqpHost{{"h", 5672, "u", "100%zz"}}, "/", nil}, // invalid escape kept, as Python does
+		{"rabbit://u:p@[::1]:5673,u:p@[fe80::1]/", []amqpHost{{"::1", 5673, "u", "p"}, {"fe80::1", 5672, "u", "p"}}, "/", nil},
+		{"rabbit://u:p@h:/", []amqpHost{{"h", 5672, "u", "p"}}, "/", nil},
+		{"rabbit://h1,,h2:5673//", []amqpHost{{"h1", 5672, "", ""}, {"h2", 5673, "", ""}}, "/", nil},
+		{"rabbit://u:p:with:colons@h/", []amqpHost{{"h", 5672, "u", "p:with:colons"}}, "/", nil},
+		{"rabbit:///", []amqpHost{{"localhost", 5672, "guest", "guest"}}, "/", nil},
+		{"RABBIT://u:p@h/v#frag", []amqpHost{{"h", 5672, "u", "p"}}, "v", nil},
+		{"kombu+rabbit://u:p@h/", []amqpHost{{"h", 5672, "u", "p"}}, "/", nil},
+	} {
+		u, err := parseTransportURL(tc.in)
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if len(u.hosts) != len(tc.hosts) {
+			t.Errorf("%s: hosts = %+v, want %+v", tc.in, u.hosts, tc.hosts)
+			continue
+		}
+		for i := range u.hosts {
+			if u.hosts[i] != tc.hosts[i] {
+				t.Errorf("%s: host %d = %+v, want %+v", tc.in, i, u.hosts[i], tc.hosts[i])
+			}
+		}
+		if u.vhost != tc.vhost {
+			t.Errorf("%s: vhost = %q, want %q", tc.in, u.vhost, tc.vhost)
+		}
+		for k, v := range tc.query {
+			if u.query[k] != v {
+				t.Errorf("%s: query %s = %q, want %q", tc.in, k, u.query[k], v)
+			}
+		}
+	}
+}
+
+func TestOsloTransportURLErrors(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"", "no scheme"},
+		{"localhost:5672", "scheme \"localhost\" is not supported"},
+		{"amqp://u:hunter2@h/", `scheme "amqp" is not supported`},
+		{"kafka://h/", `scheme "kafka" is not supported`},
+		{"rabbit:u:hunter2@h", "no '//' after the scheme"},
+		{"rabbit://u:hunter2@h:notaport/", "host 1: invalid port"},
+		{"rabbit://u:hunter2@h:70000/", "host 1: invalid port"},
+		{"rabbit://u:hunter2@:5672/", "host 1: no host name"},
+		{"rabbit://a:b@h1,u:hunter2@[::1/", "host 2: invalid IPv6 address"},
+		{"rabbit://u:hunter2@[::1]x/", "host 1: unexpected text after ']'"},
+		{"rabbit://u:hunt/er2@h/", "host 1: invalid port"}, // '/' unescaped in a password
+		{"rabbit://u:hunter2@h/?a=%zz", "invalid query string"},
+	} {
+		_, err := parseTransportURL(tc.in)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want %q", tc.in, err, tc.want)
+			continue
+		}
+		for _, secret := range []string{"hunter2", "hunt", "er2"} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("%q: error shows the password: %v", tc.in, err)
+			}
+		}
+	}
+}
+
+func TestOsloRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"rabbit://nova:secret@h:5672/":                  "rabbit://nova:***@h:5672/",
+		"rabbit://a:s1@h1,b:s2@h2/vhost?ssl=1":          "rabbit://a:***@h1,b:***@h2/vhost?ssl=1",
+		"rabbit://h1,h2/":                               "rabbit://h1,h2/",
+		"rabbit://u:pa/ss@h/":                           "rabbit://u:***@h/",
+		"rabbit://u:pa?ss@h/":                           "rabbit://u:***@h/",
+		"rabbit://u:pa,ss@h/":                           "rabbit://u:***,***@h/",
+		"rabbit://u:p@ss@h/":                            "rabbit://u:***@h/",
+		"not a url":                                     "not a url",
+		"u:secret@h":                                    "***",
+		"rabbit://u@h/":                                 "rabbit://***@h/",
+		"rabbit://u:secret@[::1]:5672,v:s@[::2]:5672/x": "rabbit://u:***@[::1]:5672,v:***@[::2]:5672/x",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzParseOsloConf: no panic, and a file that parses can be read back.
+func FuzzParseOsloConf(f *testing.F) {
+	f.Add([]byte("[DEFAULT]\ntransport_url = rabbit://u:p@h/\nhost: x\n  cont\n# c\n; c\n"))
+	f.Add([]byte("[DEFAULT]\na = $b ${c} ${DEFAULT.a} $$ \\$\nb = $a\n"))
+	f.Add([]byte("[x\n"))
+	f.Add([]byte(" \n[]\n=\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := parseOsloConf("f", data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f:") {
+				t.Fatalf("error without file:line: %v", err)
+			}
+			return
+		}
+		for section, keys := range c.sections {
+			for key := range keys {
+				c.get(section, key)
+				c.where(section, key)
+			}
+		}
+		if v, ok := c.get("DEFAULT", "transport_url"); ok {
+			parseTransportURL(v)
+		}
+	})
+}
+
+// FuzzParseTransportURL: no panic; a parsed URL has hosts with ports in
+// range; errors show the URL redacted, and the redacted form of a URL gives
+// no password but "***" when parsed.
+func FuzzParseTransportURL(f *testing.F) {
+	f.Add("rabbit://nova:secret@h:5672,nova:secret@h2/")
+	f.Add("rabbit://u:p%40ss@[::1]:5672/%2F?ssl=1")
+	f.Add("rabbit:///")
+	f.Add("rabbit://u:pa/ss@h:x/")
+	f.Fuzz(func(t *testing.T, raw string) {
+		redacted := redactURL(raw)
+		u, err := parseTransportURL(raw)
+		if err != nil {
+			if !strings.Contains(err.Error(), redacted) {
+				t.Fatalf("error %q does not show the redacted URL %q", err, redacted)
+			}
+			return
+		}
+		if len(u.hosts) == 0 {
+			t.Fatal("no hosts")
+		}
+		for _, h := range u.hosts {
+			if h.port < 1 || h.port > 65535 || h.host == "" {
+				t.Fatalf("bad host %+v", h)
+			}
+		}
+		r, err := parseTransportURL(redacted)
+		if err != nil {
+			return // hiding more than the parser reads ('#...') can break the URL
+		}
+		for _, h := range r.hosts {
+			if h.password != "" && h.password != "***" && h != (amqpHost{"localhost", 5672, "guest", "guest"}) {
+				t.Fatalf("redacted %q of %q shows password %q", redacted, raw, h.password)
+			}
+		}
+	})
+}
