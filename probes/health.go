@@ -85,10 +85,10 @@ type Health struct {
 	byName  map[string]*checkState
 	metrics *metrics
 
-	start    time.Time
-	started  atomic.Bool  // startup has passed (latched)
-	draining atomic.Bool  // the drain file exists
-	beat     atomic.Int64 // unix nanos of the agent loop's last tick
+	start    atomic.Pointer[time.Time] // Run's start: set by Run, read by the handlers
+	started  atomic.Bool               // startup has passed (latched)
+	draining atomic.Bool               // the drain file exists
+	beat     atomic.Int64              // unix nanos of the agent loop's last tick
 
 	mu    sync.Mutex
 	gates map[string]string // readiness gates: name -> reason
@@ -148,6 +148,9 @@ func New(cfg Config) (*Health, error) {
 		}
 		c := &checkState{spec: s}
 		for _, p := range s.Probes {
+			if p < Startup || p > Liveness {
+				return nil, fmt.Errorf("probes: check %q: unknown %v", s.Name, p)
+			}
 			c.probes[p] = true
 		}
 		c.cur.Store(&result{state: pending, reason: "no result yet"})
@@ -159,8 +162,9 @@ func New(cfg Config) (*Health, error) {
 		return nil, err
 	}
 	h.metrics = m
-	h.start = h.clock.Now()
-	h.beat.Store(h.start.UnixNano())
+	now := h.clock.Now()
+	h.start.Store(&now)
+	h.beat.Store(now.UnixNano())
 	h.publishGates()
 	if !h.hasProbe(Startup) {
 		h.started.Store(true)
@@ -180,7 +184,8 @@ func (h *Health) hasProbe(p Probe) bool {
 // Run runs every check and the agent's own loop until ctx ends, then closes
 // the checkers that hold something. It returns nil when ctx ended.
 func (h *Health) Run(ctx context.Context) error {
-	h.start = h.clock.Now()
+	now := h.clock.Now()
+	h.start.Store(&now)
 	var wg sync.WaitGroup
 	for _, c := range h.checks {
 		wg.Add(1)
@@ -235,7 +240,7 @@ func (h *Health) loop(ctx context.Context) {
 func (h *Health) SetGate(name, reason string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.gates[name] == reason {
+	if r, ok := h.gates[name]; ok && r == reason {
 		return
 	}
 	h.gates[name] = reason

@@ -34,15 +34,26 @@ func (d Duration) MarshalText() ([]byte, error) {
 	return []byte(time.Duration(d).String()), nil
 }
 
+// UnmarshalText reads what MarshalText wrote, so that a Report decodes.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}
+
 // Evaluate judges probe p from the cached results: no I/O, no waiting.
 // exclude names checks to leave out; only, when not empty, is the one check
 // to judge (/readyz/NAME), without gates or startup.
 func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report, error) {
 	now := h.clock.Now()
 	rep := Report{Probe: p.String(), Pass: true}
-	fail := func(reason string) {
+	// fail keeps the first failure; the reason is built only for it.
+	fail := func(name, reason string) {
 		if rep.Pass {
 			rep.Pass, rep.Reason = false, reason
+			if name != "" {
+				rep.Reason = name + ": " + reason
+			}
 		}
 	}
 	if only != "" {
@@ -52,7 +63,7 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 		}
 		rep.Checks = append(rep.Checks, cr)
 		if cr.State != "pass" && !(p == Liveness && cr.State == "pending") {
-			fail(only + ": " + cr.Reason)
+			fail(only, cr.Reason)
 		}
 		return rep, nil
 	}
@@ -61,25 +72,25 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 	case Readiness:
 		if !h.started.Load() {
 			rep.Checks = append(rep.Checks, CheckReport{Name: "startup", State: "fail", Reason: "starting", Counts: true})
-			fail("starting")
+			fail("", "starting")
 		}
 		if h.draining.Load() {
 			rep.Checks = append(rep.Checks, CheckReport{Name: "drain", State: "fail", Reason: "draining: " + h.cfg.DrainFile + " exists", Counts: true})
-			fail("draining")
+			fail("", "draining")
 		}
 		for _, g := range gs.gates {
 			if exclude[g.name] {
 				continue
 			}
 			rep.Checks = append(rep.Checks, CheckReport{Name: g.name, State: "fail", Reason: g.reason, Counts: true})
-			fail(g.name + ": " + g.reason)
+			fail(g.name, g.reason)
 		}
 	case Liveness:
 		if !exclude[AgentCheck] {
 			cr := h.agentReport(now)
 			rep.Checks = append(rep.Checks, cr)
 			if cr.State != "pass" {
-				fail(AgentCheck + ": " + cr.Reason)
+				fail(AgentCheck, cr.Reason)
 			}
 		}
 	}
@@ -87,7 +98,7 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 		if !c.probes[p] || exclude[c.spec.Name] {
 			continue
 		}
-		cr := c.report(now, h.start)
+		cr := c.report(now, *h.start.Load())
 		rep.Checks = append(rep.Checks, cr)
 		switch {
 		case p == Startup && c.cur.Load().passedOnce:
@@ -98,7 +109,7 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 		case cr.State == "pending" && p == Liveness:
 			// Kubernetes' liveness starts as success
 		default:
-			fail(c.spec.Name + ": " + cr.Reason)
+			fail(c.spec.Name, cr.Reason)
 		}
 	}
 	if p == Startup && h.started.Load() {
@@ -118,7 +129,7 @@ func (h *Health) one(name string, now time.Time) (CheckReport, bool) {
 	if c == nil {
 		return CheckReport{}, false
 	}
-	return c.report(now, h.start), true
+	return c.report(now, *h.start.Load()), true
 }
 
 // agentStale is how long the agent's own loop may miss its tick before
@@ -135,20 +146,24 @@ func (h *Health) agentReport(now time.Time) CheckReport {
 	return cr
 }
 
-// report is a check's line, with the staleness rule applied: a result older
-// than two periods is a failure whatever it said.
+// report is a check's line, with the staleness rule applied: a check whose
+// checker has not answered for two periods is a failure whatever it said.
 func (c *checkState) report(now, start time.Time) CheckReport {
 	r := c.cur.Load()
 	cr := CheckReport{Name: c.spec.Name, State: r.state.String(), Took: Duration(r.took), Reason: r.reason, Counts: true}
-	last := r.at
+	if !r.at.IsZero() {
+		cr.Age = Duration(now.Sub(r.at))
+	}
+	last := r.answered
 	if last.IsZero() {
 		last = start
-	} else {
-		cr.Age = Duration(now.Sub(r.at))
 	}
 	if stale := now.Sub(last); stale > 2*c.spec.Period {
 		cr.State = "fail"
 		cr.Reason = fmt.Sprintf("no result for %v (period %v): the check is stuck", stale.Round(time.Millisecond), c.spec.Period)
+		if !r.at.IsZero() && !r.ok {
+			cr.Reason += ": " + r.reason
+		}
 		return cr
 	}
 	switch {

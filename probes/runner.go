@@ -36,6 +36,11 @@ type result struct {
 	reason string // the error, or the detail of a pass
 	at     time.Time
 	took   time.Duration
+	// answered is when the checker last returned. The failures the runner
+	// records for a look that has not returned ("still running", "did not
+	// return") count toward the threshold but keep it: staleness is
+	// measured from it, so a hung check goes stale.
+	answered time.Time
 	// streak counts consecutive looks with the same outcome.
 	streak int
 	// passedOnce: the check has been judged passing at least once.
@@ -67,6 +72,9 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 	start := func() {
 		inflight = make(chan done, 1)
 		started = h.clock.Now()
+		// The timer exists before the look does (a fake clock's step
+		// right after the look began must reach it).
+		hungC = h.clock.NewTimer(c.spec.Timeout + hangGrace).C()
 		ch := inflight
 		go func() {
 			cctx, cancel := context.WithTimeout(ctx, c.spec.Timeout)
@@ -81,8 +89,6 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 			}
 			ch <- done{detail, err, h.clock.Since(t0)}
 		}()
-		t := h.clock.NewTimer(c.spec.Timeout + hangGrace)
-		hungC = t.C()
 	}
 	t := h.clock.NewTicker(c.spec.Period)
 	defer t.Stop()
@@ -101,13 +107,13 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 			return
 		case d := <-inflight:
 			inflight, hungC = nil, nil
-			h.record(c, d.err == nil, d.detail, d.err, d.took)
+			h.record(c, d.err == nil, d.detail, d.err, d.took, true)
 		case <-hungC:
 			hungC = nil
-			h.record(c, false, "", fmt.Errorf("did not return %v after its timeout of %v", hangGrace, c.spec.Timeout), h.clock.Since(started))
+			h.record(c, false, "", fmt.Errorf("did not return %v after its timeout of %v", hangGrace, c.spec.Timeout), h.clock.Since(started), false)
 		case <-t.C():
 			if inflight != nil {
-				h.record(c, false, "", fmt.Errorf("previous look still running after %v", h.clock.Since(started).Round(time.Millisecond)), h.clock.Since(started))
+				h.record(c, false, "", fmt.Errorf("previous look still running after %v", h.clock.Since(started).Round(time.Millisecond)), h.clock.Since(started), false)
 				continue
 			}
 			start()
@@ -115,10 +121,15 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 	}
 }
 
-// record judges one look with the check's thresholds and publishes it.
-func (h *Health) record(c *checkState, ok bool, detail string, err error, took time.Duration) {
+// record judges one look with the check's thresholds and publishes it;
+// answered is false for a failure the runner records for a look that has
+// not returned.
+func (h *Health) record(c *checkState, ok bool, detail string, err error, took time.Duration, answered bool) {
 	prev := c.cur.Load()
-	r := &result{state: prev.state, ok: ok, at: h.clock.Now(), took: took, passedOnce: prev.passedOnce}
+	r := &result{state: prev.state, ok: ok, at: h.clock.Now(), took: took, passedOnce: prev.passedOnce, answered: prev.answered}
+	if answered {
+		r.answered = r.at
+	}
 	if ok {
 		r.reason = detail
 	} else {
@@ -158,6 +169,6 @@ func (h *Health) checkStarted() {
 		}
 	}
 	if !h.started.Swap(true) {
-		h.log.Info("startup probe passed", "after", h.clock.Since(h.start).Round(time.Millisecond).String())
+		h.log.Info("startup probe passed", "after", h.clock.Since(*h.start.Load()).Round(time.Millisecond).String())
 	}
 }

@@ -162,19 +162,44 @@ func TextBody(rep Report, verbose bool) []byte {
 	return b.Bytes()
 }
 
-// JSONBody is a probe's answer as JSON, bounded like TextBody.
+// JSONBody is a probe's answer as JSON, bounded like TextBody: the checks
+// that do not fit are left out.
 func JSONBody(rep Report) []byte {
 	rep.Reason = clip(rep.Reason, maxReason)
-	for i := range rep.Checks {
-		rep.Checks[i].Reason = clip(rep.Checks[i].Reason, maxReason)
+	all := rep.Checks
+	// Clip while the whole may fit: names and reasons alone are a lower
+	// bound of its size.
+	clipped := make([]CheckReport, 0, len(all))
+	least := len(rep.Reason)
+	for _, c := range all {
+		c.Reason = clip(c.Reason, maxReason)
+		if least += len(c.Name) + len(c.Reason); least > maxBody {
+			break
+		}
+		clipped = append(clipped, c)
 	}
-	for {
-		b, _ := json.Marshal(rep)
-		if len(b) <= maxBody || len(rep.Checks) == 0 {
+	if len(clipped) == len(all) {
+		rep.Checks = clipped
+		if b, _ := json.Marshal(rep); len(b) <= maxBody {
 			return append(b, '\n')
 		}
-		rep.Checks = rep.Checks[:len(rep.Checks)-1]
 	}
+	// Too big: as many checks as fit, each marshalled once.
+	rep.Checks = []CheckReport{}
+	b, _ := json.Marshal(rep)
+	b = b[:len(b)-2] // `]}`: checks is the last field
+	for i, c := range all {
+		c.Reason = clip(c.Reason, maxReason)
+		cb, _ := json.Marshal(c)
+		if len(b)+1+len(cb)+3 > maxBody {
+			break
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, cb...)
+	}
+	return append(b, "]}\n"...)
 }
 
 func oneLine(s string) string {
@@ -183,11 +208,12 @@ func oneLine(s string) string {
 
 // Listen opens the listeners. A Unix socket left behind by an agent that is
 // gone (SIGKILL) is replaced; one an agent still answers on is an error.
+// After Shutdown it opens nothing.
 func (s *Server) Listen() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.listeners) > 0 {
-		return nil
+	if len(s.listeners) > 0 || s.closed {
+		return nil // after Shutdown nothing would close them
 	}
 	var ls []net.Listener
 	fail := func(err error) error {
