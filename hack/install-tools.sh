@@ -53,9 +53,10 @@ install_rsyslog() {
 # tests run for real: Keystone under uWSGI, RabbitMQ with an oslo.messaging
 # RPC server. Debian's packages; the tests start their own instances on
 # loopback (policy-rc.d keeps the packages' own daemons from starting).
+# GNU time measures a child's peak RSS for the benchmarks.
 install_services() {
 	apt_install rabbitmq-server python3-keystone uwsgi-core uwsgi-plugin-python3 \
-		python3-oslo.messaging python3-oslo.service python3-oslo.config
+		python3-oslo.messaging python3-oslo.service python3-oslo.config time
 }
 
 # k8s.io/kubernetes points its staging modules at ./staging/...; as a dependency

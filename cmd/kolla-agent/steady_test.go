@@ -380,3 +380,34 @@ probes:
 		t.Errorf("%d API requests after the watch synced, want none (one watch, no polling):\n%s", len(later), strings.Join(later, "\n"))
 	}
 }
+
+// The agent SIGKILLed leaves its Unix socket behind; the next agent (the
+// container restarted) takes the path over instead of failing, and the
+// exec-probe client reaches it.
+func TestProbeSocketAfterSIGKILL(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	cfg := agentYAML(t, fmt.Sprintf(`
+probes:
+  address: "off"
+  socket: %s
+  checks:
+    - {name: alive, process: {}, probes: [liveness, readiness], period: 200ms, timeout: 100ms}
+`, sock))
+	first := startAgent(t, plainEnv(), "--config", cfg, "run", "--", "sleep", "300")
+	eventually(t, "first agent ready", func() bool { _, code := probeCmd(t, "readiness", "--socket", sock); return code == 0 })
+	orphan := childOf(t, first.cmd.Process.Pid)
+	t.Cleanup(func() { syscall.Kill(orphan, syscall.SIGKILL) })
+	first.cmd.Process.Kill()
+	first.exit(10 * time.Second)
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("the killed agent's socket is gone (%v): the test no longer tests a stale socket", err)
+	}
+	if out, code := probeCmd(t, "liveness", "--socket", sock); code != 1 || !strings.Contains(out, "no agent answering") {
+		t.Errorf("probe against a dead agent's socket: exit %d %q", code, out)
+	}
+	second := startAgent(t, plainEnv(), "--config", cfg, "run", "--", "sleep", "300")
+	eventually(t, "second agent ready on the same socket", func() bool { _, code := probeCmd(t, "readiness", "--socket", sock); return code == 0 })
+	second.cmd.Process.Signal(syscall.SIGTERM)
+	second.wantExit(143)
+}
