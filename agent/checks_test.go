@@ -99,5 +99,4 @@ func TestCheckSpecsBadInput(t *testing.T) {
 	}
 }
 
-
 func typeName(v any) string { return fmt.Sprintf("%T", v) }

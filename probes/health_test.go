@@ -377,6 +377,13 @@ func TestHealthStartup(t *testing.T) {
 	e.fc.Step(period)
 	waitAll(prev)
 	expect("latched", true, false, "boot: ")
+	// /startupz/NAME latches as /startupz does.
+	if rep, err := e.h.Evaluate(Startup, nil, "warm"); err != nil || !rep.Pass {
+		t.Errorf("/startupz/warm after it passed once and now fails: %+v %v, want pass", rep, err)
+	}
+	if rep, _ := e.h.Evaluate(Readiness, nil, "boot"); rep.Pass {
+		t.Errorf("/readyz/boot while it fails: pass")
+	}
 
 	all(func(c *coreCheck) { c.set(corePass("back")) })
 	prev = snap()

@@ -61,6 +61,9 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 		if !ok {
 			return rep, fmt.Errorf("no check named %q", only)
 		}
+		if c := h.byName[only]; p == Startup && c != nil && c.cur.Load().passedOnce {
+			cr.State = "pass" // startup asks "has it passed once", as /startupz does
+		}
 		rep.Checks = append(rep.Checks, cr)
 		if cr.State != "pass" && !(p == Liveness && cr.State == "pending") {
 			fail(only, cr.Reason)
