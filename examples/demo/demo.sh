@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make demo`: the agent's init job on local dependencies, no cluster needed.
+# `make demo`: the agent's init job on local dependencies, then rendering, the
+# service as a child and its probes; no cluster needed.
 set -euo pipefail
 BIN=${1:-bin/kolla-agent}
 cd "$(dirname "$0")/../.."
@@ -60,5 +61,48 @@ YAML
 POD_IP=10.0.0.42 KOLLA_CONFIG_STRATEGY=COPY_ALWAYS "$BIN" --root "$kroot" run
 echo "exit code: $?"
 ls -ln "$kroot/etc/keystone/"
+
+say "6. Beside the service: probes answered from background checks; SIGTERM fails readiness first, then stops the service"
+probe_port=$(free_port)
+svc_port=$(free_port)
+cat >"$work/probes.yaml" <<YAML
+run:
+  grace: 10s
+probes:
+  address: 127.0.0.1:$probe_port
+  socket: $work/agent.sock
+  drainFile: $work/drain
+  checks:
+    - name: api
+      http: {url: "http://127.0.0.1:$svc_port/healthz", expectStatus: [200]}
+      probes: [startup, readiness]
+      period: 500ms
+      timeout: 400ms
+      failureThreshold: 1
+    - name: service
+      process: {}
+      probes: [liveness]
+      period: 1s
+YAML
+echo "--- agent.yaml"; cat "$work/probes.yaml"; echo "---"
+# The "service" is the demo server: its HTTP endpoint comes up after 2 s.
+go build -o "$work/demoserver" ./examples/demo/demoserver
+"$BIN" --config "$work/probes.yaml" run -- "$work/demoserver" -file "$work/svc-ready" -tcp 127.0.0.1:0 -http "127.0.0.1:$svc_port" -step 1s -life 60s &
+agent=$!
+sleep 1
+echo "\$ curl /readyz?verbose   (the service is not answering yet)"
+curl -s "http://127.0.0.1:$probe_port/readyz?verbose" || true
+for _ in $(seq 1 100); do "$BIN" probe readiness --socket "$work/agent.sock" >/dev/null 2>&1 && break; sleep 0.2; done
+echo "\$ kolla-agent probe readiness --verbose   (exec-probe client, over the Unix socket)"
+code=0; "$BIN" probe readiness --socket "$work/agent.sock" --verbose || code=$?; echo "exit code: $code"
+touch "$work/drain"; sleep 1.5
+echo "\$ touch drain; kolla-agent probe readiness"
+code=0; "$BIN" probe readiness --socket "$work/agent.sock" || code=$?; echo "exit code: $code"
+echo "\$ curl /livez   (draining does not touch liveness)"
+curl -s "http://127.0.0.1:$probe_port/livez"
+rm -f "$work/drain"
+kill -TERM "$agent"
+code=0; wait "$agent" || code=$?
+echo "agent exit code (the service's, 143 = killed by SIGTERM): $code"
 
 say "Done: each dependency was logged once per change of state, and the summary shows how long each took."
