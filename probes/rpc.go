@@ -670,14 +670,7 @@ func (r *RPC) call(ctx context.Context, sess *rpcSession, start time.Time, timeo
 			}
 			return "", fmt.Errorf("broker %s closed the channel: %s", sess.broker, amqpErrorText(e))
 		case b, ok := <-sess.blocked:
-			if !ok {
-				sess.blocked = nil
-				continue
-			}
-			sess.blockedBy = ""
-			if b.Active {
-				sess.blockedBy = b.Reason
-			}
+			sess.noteBlocked(b, ok)
 		case <-ctx.Done():
 			reason := fmt.Sprintf("no reply from %s on exchange %s within %s", s.target(), s.exchange, fmtDuration(timeout))
 			if sess.blockedBy != "" {
@@ -687,6 +680,19 @@ func (r *RPC) call(ctx context.Context, sess *rpcSession, start time.Time, timeo
 		case <-r.done:
 			return "", errRPCClosed
 		}
+	}
+}
+
+// noteBlocked records a connection.blocked/unblocked notice (ok false: the
+// notices ended with the connection).
+func (sess *rpcSession) noteBlocked(b amqp.Blocking, ok bool) {
+	if !ok {
+		sess.blocked = nil
+		return
+	}
+	sess.blockedBy = ""
+	if b.Active {
+		sess.blockedBy = b.Reason
 	}
 }
 
@@ -705,14 +711,7 @@ func (r *RPC) drain(sess *rpcSession) error {
 				sess.returns = nil
 			}
 		case b, ok := <-sess.blocked:
-			if !ok {
-				sess.blocked = nil
-				continue
-			}
-			sess.blockedBy = ""
-			if b.Active {
-				sess.blockedBy = b.Reason
-			}
+			sess.noteBlocked(b, ok)
 		default:
 			return nil
 		}
