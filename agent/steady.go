@@ -105,12 +105,20 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, svc service, pids prob
 		return nil
 	}, func(error) { hcancel() })
 
-	// 4. The probe server, stopped last.
-	if addr, sock := probeAddress(cfg), probeSocket(cfg); addr != "" || sock != "" {
+	// 4. The probe server, stopped last: the TCP listener and the Unix
+	// socket as two duties, so that one that cannot open (a read-only
+	// /run) does not take the other down.
+	for _, l := range []struct{ duty, addr, sock string }{
+		{"probe-server", probeAddress(cfg), ""},
+		{"probe-socket", "", probeSocket(cfg)},
+	} {
+		if l.addr == "" && l.sock == "" {
+			continue
+		}
 		sctx, scancel := context.WithCancel(context.Background())
 		g.Add(func() error {
-			a.sideDuty(sctx, "probe-server", health, func(ctx context.Context) error {
-				return a.serveProbes(ctx, addr, sock, health)
+			a.sideDuty(sctx, l.duty, health, func(ctx context.Context) error {
+				return a.serveProbes(ctx, l.addr, l.sock, health)
 			})
 			return nil
 		}, func(error) { scancel() })

@@ -411,3 +411,31 @@ probes:
 	second.cmd.Process.Signal(syscall.SIGTERM)
 	second.wantExit(143)
 }
+
+// A Unix socket that cannot be made (its directory cannot exist: a file is
+// in the way, as a read-only /run would be) fails only its own duty: the
+// kubelet's HTTP probes are served all the same.
+func TestProbeSocketFailureSparesHTTP(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "run"), nil, 0o644)
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	cfg := agentYAML(t, fmt.Sprintf(`
+probes:
+  address: 127.0.0.1:%d
+  socket: %s/run/kolla-agent/agent.sock
+  checks:
+    - {name: alive, process: {}, probes: [readiness], period: 200ms, timeout: 100ms}
+`, port, dir))
+	a := startAgent(t, plainEnv(), "--config", cfg, "run", "--", "sleep", "300")
+	waitStatus(t, base+"/readyz", 200, 20*time.Second)
+	a.waitLog("duty=probe-socket")
+	body := waitStatus(t, base+"/readyz?verbose", 200, 5*time.Second)
+	_, metrics := get(base + "/metrics")
+	if !strings.Contains(metrics, `kolla_agent_duty_failures_total{duty="probe-socket"}`) {
+		t.Errorf("socket failure not counted:\n%s", grepLines(metrics, "duty"))
+	}
+	t.Logf("verbose while the socket fails:\n%s", body)
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.wantExit(143)
+}
