@@ -40,6 +40,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kolla-agent/kolla-agent/internal/proc"
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -110,8 +111,8 @@ type Server struct {
 	env []string
 
 	mu      sync.Mutex
-	epmd    *process
-	broker  *process
+	epmd    *proc.Process
+	broker  *proc.Process
 	stdin   *os.File // the broker's stdin, held open: EOF makes Erlang halt
 	rpc     map[*RPCServer]bool
 	stopped bool
@@ -167,8 +168,8 @@ func start(dir string, try int) (*Server, error) {
 		return nil, err
 	}
 	if err := waitTCP(net.JoinHostPort("127.0.0.1", strconv.Itoa(s.EPMDPort)), s.epmd, 10*time.Second); err != nil {
-		s.epmd.stop(0)
-		if strings.Contains(s.epmd.output(), "address already in use") {
+		stop(s.epmd, 0)
+		if strings.Contains(s.epmd.Output(), "address already in use") {
 			return nil, fmt.Errorf("%w: %v", errPortClash, err)
 		}
 		return nil, err
@@ -273,7 +274,7 @@ func (s *Server) Up() error {
 	if s.stopped {
 		return errors.New("rabbitmq: server stopped")
 	}
-	if s.broker != nil && !s.broker.exited() {
+	if s.broker != nil && !s.broker.Exited() {
 		return nil
 	}
 	r, w, err := os.Pipe()
@@ -290,8 +291,8 @@ func (s *Server) Up() error {
 	deadline := time.Now().Add(bootTimeout)
 	var lastErr error
 	for {
-		if p.exited() {
-			err := p.exitError()
+		if p.Exited() {
+			err := p.ExitError()
 			if strings.Contains(err.Error(), "eaddrinuse") {
 				err = fmt.Errorf("%w: %v", errPortClash, err)
 			}
@@ -305,7 +306,7 @@ func (s *Server) Up() error {
 		lastErr = err
 		if time.Now().After(deadline) {
 			return fmt.Errorf("rabbitmq: broker not accepting AMQP logins after %s: %v; last lines of %s:\n%s",
-				bootTimeout, lastErr, p.log, lastLines(p.output(), 20))
+				bootTimeout, lastErr, p.Log, proc.LastLines(p.Output(), 20))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -322,7 +323,7 @@ func (s *Server) downLocked() error {
 	if s.broker == nil {
 		return nil
 	}
-	err := s.broker.stop(stopGrace)
+	err := stop(s.broker, stopGrace)
 	s.stdin.Close()
 	s.broker, s.stdin = nil, nil
 	return err
@@ -353,7 +354,7 @@ func (s *Server) Stop() error {
 	defer s.mu.Unlock()
 	errs = append(errs, s.downLocked())
 	if s.epmd != nil {
-		errs = append(errs, s.epmd.stop(time.Second))
+		errs = append(errs, stop(s.epmd, time.Second))
 		s.epmd = nil
 	}
 	return errors.Join(errs...)
@@ -478,7 +479,7 @@ func (s *Server) list(ctx context.Context, cmd string, items ...string) ([][]str
 }
 
 // waitTCP waits until addr accepts connections, or p exits.
-func waitTCP(addr string, p *process, d time.Duration) error {
+func waitTCP(addr string, p *proc.Process, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -486,11 +487,11 @@ func waitTCP(addr string, p *process, d time.Duration) error {
 			c.Close()
 			return nil
 		}
-		if p.exited() {
-			return p.exitError()
+		if p.Exited() {
+			return p.ExitError()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %s not listening after %s", p.name, addr, d)
+			return fmt.Errorf("%s: %s not listening after %s", p.Name, addr, d)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

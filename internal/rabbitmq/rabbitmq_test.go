@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kolla-agent/kolla-agent/internal/proc"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.uber.org/goleak"
 )
@@ -97,9 +98,9 @@ func TestRabbitMQ(t *testing.T) {
 	if _, err := os.Stat(dir); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []*process{s.broker, s.epmd} {
+	for _, p := range []*proc.Process{s.broker, s.epmd} {
 		if p != nil {
-			t.Errorf("%s still recorded after Stop", p.name)
+			t.Errorf("%s still recorded after Stop", p.Name)
 		}
 	}
 }

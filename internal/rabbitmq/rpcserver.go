@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kolla-agent/kolla-agent/internal/proc"
 )
 
 // RPCServerOptions configures a real oslo.messaging RPC server.
@@ -36,7 +38,7 @@ type RPCServer struct {
 	// service's agent would read too.
 	ConfigFile string
 	s          *Server
-	p          *process
+	p          *proc.Process
 }
 
 // WriteOsloConfig writes an oslo config file for o in the server's
@@ -88,7 +90,7 @@ func (s *Server) StartRPCServer(o RPCServerOptions) (*RPCServer, error) {
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
-		p.stop(0)
+		stop(p, 0)
 		return nil, errors.New("rabbitmq: server stopped")
 	}
 	s.rpc[rs] = true
@@ -98,14 +100,14 @@ func (s *Server) StartRPCServer(o RPCServerOptions) (*RPCServer, error) {
 		if _, err := os.Stat(ready); err == nil {
 			return rs, nil
 		}
-		if p.exited() {
+		if p.Exited() {
 			rs.forget()
-			return nil, p.exitError()
+			return nil, p.ExitError()
 		}
 		if time.Now().After(deadline) {
 			rs.Kill()
 			return nil, fmt.Errorf("rabbitmq: RPC server %s.%s not ready after 60s; last lines of %s:\n%s",
-				o.Topic, o.Server, p.log, lastLines(p.output(), 20))
+				o.Topic, o.Server, p.Log, proc.LastLines(p.Output(), 20))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -114,31 +116,31 @@ func (s *Server) StartRPCServer(o RPCServerOptions) (*RPCServer, error) {
 // Stop stops the server gracefully (SIGTERM: it cancels its consumers; its
 // queues stay, as a stopped service's do).
 func (p *RPCServer) Stop() error {
-	if p.p.exited() {
+	if p.p.Exited() {
 		p.forget()
 		return nil
 	}
 	_ = p.Resume()
-	err := p.p.stop(15 * time.Second)
+	err := stop(p.p, 15*time.Second)
 	p.forget()
 	return err
 }
 
 // Kill kills the server's process group.
 func (p *RPCServer) Kill() error {
-	err := p.p.stop(0)
+	err := stop(p.p, 0)
 	p.forget()
 	return err
 }
 
 // Pause stops the process (SIGSTOP): a hung server, whose connection stays.
-func (p *RPCServer) Pause() error { return p.p.signalGroup(syscall.SIGSTOP) }
+func (p *RPCServer) Pause() error { return p.p.Signal(syscall.SIGSTOP) }
 
 // Resume continues a paused server.
-func (p *RPCServer) Resume() error { return p.p.signalGroup(syscall.SIGCONT) }
+func (p *RPCServer) Resume() error { return p.p.Signal(syscall.SIGCONT) }
 
 // Output is what the server has logged.
-func (p *RPCServer) Output() string { return p.p.output() }
+func (p *RPCServer) Output() string { return p.p.Output() }
 
 func (p *RPCServer) forget() {
 	p.s.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kolla-agent/kolla-agent/internal/proc"
 	"github.com/miekg/dns"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,15 +32,15 @@ const controllers = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-l
 // launch starts a component and waits until ready reports nil; a ready error
 // wrapping errPortClash ends the wait at once. On failure the process is
 // stopped, so the caller only ever records ready processes.
-func (e *Env) launch(ctx context.Context, name string, args []string, ready func(context.Context, *process) error) (*process, error) {
+func (e *Env) launch(ctx context.Context, name string, args []string, ready func(context.Context, *proc.Process) error) (*proc.Process, error) {
 	p, err := startProcess(name, filepath.Join(e.bin, name), args, e.Dir, e.path(name+".log"), e.detach)
 	if err != nil {
 		return nil, err
 	}
 	var last error
 	err = wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		if p.exited() {
-			return false, p.exitError()
+		if p.Exited() {
+			return false, exitError(p)
 		}
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
@@ -50,20 +51,20 @@ func (e *Env) launch(ctx context.Context, name string, args []string, ready func
 		return last == nil, nil
 	})
 	if err != nil {
-		if last != nil && !errors.Is(last, errPortClash) && !p.exited() {
-			err = fmt.Errorf("%s (pid %d) not ready: %w: %v; last lines of %s:\n%s", name, p.pid, err, last, p.log, lastLines(p.output(), 15))
+		if last != nil && !errors.Is(last, errPortClash) && !p.Exited() {
+			err = fmt.Errorf("%s (pid %d) not ready: %w: %v; last lines of %s:\n%s", name, p.Pid, err, last, p.Log, proc.LastLines(p.Output(), 15))
 		}
-		return nil, errors.Join(err, p.stop(stopGrace))
+		return nil, errors.Join(err, p.Stop(stopGrace))
 	}
 	return p, nil
 }
 
 // retryOnPortClash runs start up to three times while it fails because a port
 // chosen as free was taken before the component bound it.
-func retryOnPortClash(start func() (*process, error)) (*process, error) {
+func retryOnPortClash(start func() (*proc.Process, error)) (*proc.Process, error) {
 	var err error
 	for range 3 {
-		var p *process
+		var p *proc.Process
 		if p, err = start(); !errors.Is(err, errPortClash) {
 			return p, err
 		}
@@ -95,7 +96,7 @@ func freePort(withUDP bool) (int, error) {
 	return 0, errors.New("no free loopback port with UDP")
 }
 
-func (e *Env) startEtcd(ctx context.Context) (*process, error) {
+func (e *Env) startEtcd(ctx context.Context) (*proc.Process, error) {
 	client := "http://127.0.0.1:" + strconv.Itoa(e.ports.EtcdClient)
 	peer := "http://127.0.0.1:" + strconv.Itoa(e.ports.EtcdPeer)
 	args := []string{
@@ -119,12 +120,12 @@ func (e *Env) startEtcd(ctx context.Context) (*process, error) {
 		"--logger=zap",
 		"--log-outputs=stderr",
 	}
-	return e.launch(ctx, Etcd, args, func(ctx context.Context, _ *process) error {
+	return e.launch(ctx, Etcd, args, func(ctx context.Context, _ *proc.Process) error {
 		return e.get(ctx, client+"/health", `"health":"true"`)
 	})
 }
 
-func (e *Env) startAPIServer(ctx context.Context) (*process, error) {
+func (e *Env) startAPIServer(ctx context.Context) (*proc.Process, error) {
 	args := []string{
 		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(e.ports.EtcdClient),
 		"--bind-address=127.0.0.1",
@@ -156,14 +157,14 @@ func (e *Env) startAPIServer(ctx context.Context) (*process, error) {
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
-	return e.launch(ctx, APIServer, args, func(ctx context.Context, _ *process) error { return e.apiserverReady(ctx) })
+	return e.launch(ctx, APIServer, args, func(ctx context.Context, _ *proc.Process) error { return e.apiserverReady(ctx) })
 }
 
 func (e *Env) apiserverReady(ctx context.Context) error {
 	return e.get(ctx, e.serverURL()+"/readyz", "ok")
 }
 
-func (e *Env) startControllerManager(ctx context.Context) (*process, error) {
+func (e *Env) startControllerManager(ctx context.Context) (*proc.Process, error) {
 	args := []string{
 		"--kubeconfig=" + e.path(fileKCMKubeconfig),
 		"--leader-elect=false",
@@ -176,7 +177,7 @@ func (e *Env) startControllerManager(ctx context.Context) (*process, error) {
 		"--kube-api-qps=200",
 		"--kube-api-burst=400",
 	}
-	return e.launch(ctx, ControllerManager, args, func(ctx context.Context, _ *process) error { return e.serviceAccountsWork(ctx) })
+	return e.launch(ctx, ControllerManager, args, func(ctx context.Context, _ *proc.Process) error { return e.serviceAccountsWork(ctx) })
 }
 
 // serviceAccountsWork checks the ServiceAccount machinery end to end: the
@@ -194,7 +195,7 @@ func (e *Env) serviceAccountsWork(ctx context.Context) error {
 	return err
 }
 
-func (e *Env) startCoreDNS(ctx context.Context) (*process, error) {
+func (e *Env) startCoreDNS(ctx context.Context) (*proc.Process, error) {
 	// No cache plugin: tests see the API's current state, not a cached answer.
 	corefile := fmt.Sprintf(`.:%d {
     bind 127.0.0.1
@@ -211,14 +212,14 @@ func (e *Env) startCoreDNS(ctx context.Context) (*process, error) {
 	// CoreDNS sets SO_REUSEPORT, so a second instance on the same port starts
 	// fine and silently gets half the queries: the port must be ours alone,
 	// before and after CoreDNS answers (the other may bind later).
-	return e.launch(ctx, CoreDNS, []string{"-conf", e.path(fileCorefile)}, func(ctx context.Context, p *process) error {
-		if err := ownsPort(p.pid, e.ports.DNS); err != nil {
+	return e.launch(ctx, CoreDNS, []string{"-conf", e.path(fileCorefile)}, func(ctx context.Context, p *proc.Process) error {
+		if err := ownsPort(p.Pid, e.ports.DNS); err != nil {
 			return err
 		}
 		if err := e.dnsAnswers(ctx); err != nil {
 			return err
 		}
-		return ownsPort(p.pid, e.ports.DNS)
+		return ownsPort(p.Pid, e.ports.DNS)
 	})
 }
 

@@ -6,9 +6,10 @@
 //   - Start returns only when the API server is ready, the ServiceAccount
 //     machinery works and CoreDNS answers from the API; every component
 //     listens on 127.0.0.1 only, on ports no other instance shares.
-//   - Stop stops exactly the processes it started, by PID; children of a
-//     crashed test process die with it (parent-death signal), except for
-//     StartDetached, which hack/testenv uses.
+//   - Stop stops exactly the processes it started, by PID (each leads a
+//     process group of its own, which is signalled; an adopted one alone);
+//     children of a crashed test process die with it (parent-death signal),
+//     except for StartDetached, which hack/testenv uses.
 //   - The real controllers do their real work: with the Kubelet stand-in
 //     reporting pod status, the Job controller completes Jobs, the
 //     EndpointSlice controller publishes endpoints and CoreDNS serves them.

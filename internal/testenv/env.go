@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kolla-agent/kolla-agent/internal/proc"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -62,7 +63,7 @@ type Env struct {
 	probe  *http.Client
 
 	mu      sync.Mutex
-	procs   map[string]*process
+	procs   map[string]*proc.Process
 	stopped bool
 }
 
@@ -124,7 +125,7 @@ func newEnv(dir, bin string, detach bool) *Env {
 		AuditLog:      filepath.Join(dir, fileAuditLog),
 		bin:           bin,
 		detach:        detach,
-		procs:         map[string]*process{},
+		procs:         map[string]*proc.Process{},
 		probe: &http.Client{
 			Timeout: 2 * time.Second,
 			Transport: &http.Transport{
@@ -167,7 +168,7 @@ func (e *Env) prepare() error {
 // startAll starts the components in dependency order. Nothing else can see
 // e yet, so e.procs is written without the lock.
 func (e *Env) startAll(ctx context.Context) error {
-	etcd, err := retryOnPortClash(func() (*process, error) {
+	etcd, err := retryOnPortClash(func() (*proc.Process, error) {
 		var err1, err2 error
 		e.ports.EtcdClient, err1 = freePort(false)
 		e.ports.EtcdPeer, err2 = freePort(false)
@@ -180,7 +181,7 @@ func (e *Env) startAll(ctx context.Context) error {
 		return err
 	}
 	e.procs[Etcd] = etcd
-	apiserver, err := retryOnPortClash(func() (*process, error) {
+	apiserver, err := retryOnPortClash(func() (*proc.Process, error) {
 		var err error
 		if e.ports.APIServer, err = freePort(false); err != nil {
 			return nil, err
@@ -196,11 +197,11 @@ func (e *Env) startAll(ctx context.Context) error {
 	}
 	// Both only need the API server; starting them together saves time.
 	var wg sync.WaitGroup
-	var kcm, coredns *process
+	var kcm, coredns *proc.Process
 	var kcmErr, dnsErr error
 	wg.Go(func() { kcm, kcmErr = e.startControllerManager(ctx) })
 	wg.Go(func() {
-		coredns, dnsErr = retryOnPortClash(func() (*process, error) {
+		coredns, dnsErr = retryOnPortClash(func() (*proc.Process, error) {
 			var err error
 			if e.ports.DNS, err = freePort(true); err != nil {
 				return nil, err
@@ -272,7 +273,7 @@ func (e *Env) writePids() error {
 	var b strings.Builder
 	for _, name := range components() {
 		if p := e.procs[name]; p != nil {
-			fmt.Fprintf(&b, "%s %d\n", name, p.pid)
+			fmt.Fprintf(&b, "%s %d\n", name, p.Pid)
 		}
 	}
 	return writeFile(e.path(filePids), []byte(b.String()), 0o644)
@@ -317,7 +318,7 @@ func Open(dir string) (*Env, error) {
 func (e *Env) Healthy(ctx context.Context) error {
 	e.mu.Lock()
 	for _, name := range components() {
-		if p := e.procs[name]; p == nil || p.exited() {
+		if p := e.procs[name]; p == nil || p.Exited() {
 			e.mu.Unlock()
 			return fmt.Errorf("testenv: %s is not running", name)
 		}
@@ -343,7 +344,7 @@ func (e *Env) Stop() error {
 		var wg sync.WaitGroup
 		for i, name := range stage {
 			if p := e.procs[name]; p != nil {
-				wg.Go(func() { stageErrs[i] = p.stop(stopGrace) })
+				wg.Go(func() { stageErrs[i] = p.Stop(stopGrace) })
 			}
 		}
 		wg.Wait()
@@ -352,7 +353,7 @@ func (e *Env) Stop() error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	e.procs = map[string]*process{}
+	e.procs = map[string]*proc.Process{}
 	if err := os.Remove(e.path(filePids)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
@@ -401,20 +402,20 @@ func (e *Env) stopComponent(name string, grace time.Duration) error {
 	if p == nil {
 		return nil
 	}
-	if err := p.stop(grace); err != nil {
+	if err := p.Stop(grace); err != nil {
 		return fmt.Errorf("testenv: %w", err)
 	}
 	delete(e.procs, name)
 	return e.writePids()
 }
 
-func (e *Env) restartComponent(ctx context.Context, name string, start func(context.Context) (*process, error)) error {
+func (e *Env) restartComponent(ctx context.Context, name string, start func(context.Context) (*proc.Process, error)) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.stopped {
 		return fmt.Errorf("testenv: stopped")
 	}
-	if p := e.procs[name]; p != nil && !p.exited() {
+	if p := e.procs[name]; p != nil && !p.Exited() {
 		return nil
 	}
 	delete(e.procs, name)
