@@ -23,7 +23,8 @@ type Looker interface {
 // DependencyCheck: a dependency of the wait syntax still resolves. Local
 // ones (DNS, TCP, HTTP, file, socket) are looked at once per check; API
 // objects are followed by one watch started at the first check, and each
-// check reads its latest state: the API server is never polled.
+// check reads its latest state: the API server is never polled. While the
+// API server cannot be reached the object's last seen state stands.
 type DependencyCheck struct {
 	dep discovery.Dependency
 	w   Looker
@@ -34,7 +35,10 @@ type DependencyCheck struct {
 	done   chan struct{}
 
 	mu   sync.Mutex
-	last *discovery.Observation
+	last *discovery.Observation // the object's last seen state
+	// trouble is the API trouble seen since: the watch cannot say anything
+	// while the API server is unreachable, and the object's state is kept.
+	trouble string
 }
 
 // NewDependency checks d through w.
@@ -52,12 +56,22 @@ func (c *DependencyCheck) Check(ctx context.Context) (string, error) {
 	}
 	c.once.Do(c.follow)
 	c.mu.Lock()
-	last := c.last
+	last, trouble := c.last, c.trouble
 	c.mu.Unlock()
-	if last == nil {
+	switch {
+	case last == nil && trouble != "":
+		return "", fmt.Errorf("%s: %s", c.dep, trouble)
+	case last == nil:
 		return "", fmt.Errorf("%s: watch not synced yet", c.dep)
 	}
-	return verdict(c.dep, *last)
+	detail, err := verdict(c.dep, *last)
+	if trouble != "" && err == nil {
+		// An API server outage is not the dependency's: failing readiness of
+		// every pod that follows an object would turn it into a cluster-wide
+		// outage. The last state seen stands, and says so.
+		detail += " (last known; " + trouble + ")"
+	}
+	return detail, err
 }
 
 func verdict(d discovery.Dependency, o discovery.Observation) (string, error) {
@@ -78,8 +92,12 @@ func (c *DependencyCheck) follow() {
 		for {
 			err := c.w.Follow(ctx, c.dep, func(o discovery.Observation) {
 				c.mu.Lock()
-				c.last = &o
-				c.mu.Unlock()
+				defer c.mu.Unlock()
+				if o.State == discovery.Unhealthy {
+					c.trouble = o.Detail
+					return
+				}
+				c.last, c.trouble = &o, ""
 			})
 			if ctx.Err() != nil {
 				return

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,4 +174,53 @@ func TestAPIRequestsWhileWaiting(t *testing.T) {
 	if len(later) > 0 {
 		t.Errorf("%d requests while waiting, want none:\n%s", len(later), strings.Join(later, "\n"))
 	}
+}
+
+// The API server is killed while a dependency check follows a Service:
+// readiness keeps the last known state (an API outage must not make every
+// pod unready), says why, and follows the Service again once the API server
+// is back.
+func TestDependencyCheckSurvivesAPIServerKill(t *testing.T) {
+	ns := namespace(t)
+	mkService(t, ns, "rabbitmq", false, map[string]string{"app": "rabbitmq"})
+	mkPod(t, ns, "rabbitmq-0", map[string]string{"app": "rabbitmq"})
+	setReady(t, ns, "rabbitmq-0", "10.10.5.1", true)
+	port := freePort(t)
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	cfg := agentYAML(t, fmt.Sprintf(`
+probes:
+  address: 127.0.0.1:%d
+  socket: "off"
+  checks:
+    - {name: broker, dependency: {wait: "service:rabbitmq"}, period: 200ms, timeout: 100ms, failureThreshold: 1}
+`, port))
+	a := startAgent(t, agentEnv(t, ns), "--config", cfg, "run", "--", "sleep", "300")
+	waitStatus(t, base+"/readyz", 200, 20*time.Second)
+
+	if err := s.env.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, body := get(base + "/readyz?verbose")
+		if code != 200 {
+			t.Fatalf("readiness failed while the API server is down: %d\n%s", code, body)
+		}
+		if strings.Contains(body, "last known") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the API outage is not shown:\n%s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := s.env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	setReady(t, ns, "rabbitmq-0", "10.10.5.1", false)
+	body := waitStatus(t, base+"/readyz?verbose", 503, 60*time.Second)
+	if !strings.Contains(body, "0 of 1 endpoints ready") {
+		t.Errorf("after the API server came back: %s", body)
+	}
+	a.running()
 }
