@@ -91,6 +91,8 @@ type Agent struct {
 	// waiting and by the probe server in the steady state.
 	registry *prometheus.Registry
 	metrics  *agentMetrics
+	// kube is the API client, made once for the wait and the steady state.
+	kube *discovery.Kube
 }
 
 // New checks the options and fills defaults.
@@ -353,18 +355,31 @@ func (a *Agent) discoveryConfig(p *Plan, deps []discovery.Dependency) (discovery
 		}
 		cfg.DNS = r
 	}
-	rc, err := a.restConfig()
+	kube, err := a.kubeClient()
 	if err != nil {
 		return cfg, err
 	}
-	if rc != nil {
-		if cfg.Kube, err = discovery.NewKube(rc); err != nil {
-			return cfg, configErr("kubernetes client: %v", err)
-		}
-	} else if needAPI {
+	cfg.Kube = kube
+	if kube == nil && needAPI {
 		return cfg, configErr("dependencies need the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG")
 	}
 	return cfg, nil
+}
+
+// kubeClient is the agent's one API client, nil when there is no
+// kubeconfig and no service account.
+func (a *Agent) kubeClient() (*discovery.Kube, error) {
+	if a.kube != nil {
+		return a.kube, nil
+	}
+	rc, err := a.restConfig()
+	if err != nil || rc == nil {
+		return nil, err
+	}
+	if a.kube, err = discovery.NewKube(rc); err != nil {
+		return nil, configErr("kubernetes client: %v", err)
+	}
+	return a.kube, nil
 }
 
 // summary prints the final state of every dependency, one line each.

@@ -222,14 +222,8 @@ func (w *Waiter) Results() []Result {
 // (nil), can never be (an error wrapping ErrFailed) or ctx ends.
 func (w *Waiter) check(ctx context.Context, d Dependency, report func(Observation)) error {
 	switch d.Kind {
-	case KindDNS:
-		return w.poll(ctx, d, report, func(ctx context.Context) Observation { return w.cfg.DNS.check(ctx, d.Name) })
-	case KindTCP:
-		return w.poll(ctx, d, report, func(ctx context.Context) Observation { return checkTCP(ctx, d.Address) })
-	case KindFile:
-		return w.poll(ctx, d, report, func(context.Context) Observation { return checkFile(d.Path) })
-	case KindSocket:
-		return w.poll(ctx, d, report, func(ctx context.Context) Observation { return checkSocket(ctx, d.Path) })
+	case KindDNS, KindTCP, KindFile, KindSocket:
+		return w.poll(ctx, d, report, func(ctx context.Context) Observation { return w.Look(ctx, d) })
 	case KindHTTP:
 		return w.waitHTTP(ctx, d, report)
 	case KindService:

@@ -257,7 +257,7 @@ func TestConnectionsHeldByChild(t *testing.T) {
 func TestConnectionsShellChild(t *testing.T) {
 	bash, err := exec.LookPath("bash")
 	if err != nil {
-		t.Skip("no bash")
+		t.Fatal("bash not found: Debian always has it; the test needs its /dev/tcp")
 	}
 	ln := lcListen(t, "tcp", "127.0.0.1:0")
 	script := fmt.Sprintf(`(exec 3<>/dev/tcp/127.0.0.1/%d; echo connected; exec sleep 100) & wait`, lcPort(ln))
@@ -286,7 +286,7 @@ func TestConnectionsShellChild(t *testing.T) {
 func TestConnectionsIPv6(t *testing.T) {
 	ln, err := net.Listen("tcp6", "[::1]:0")
 	if err != nil {
-		t.Skipf("no IPv6 loopback: %v", err)
+		t.Fatalf("no IPv6 loopback ([::1]), which the connections check must cover: %v", err)
 	}
 	lcAcceptAll(t, ln)
 	h := lcStartHelper(t, "", "probes-conn6", "-child", "-connect="+ln.Addr().String())

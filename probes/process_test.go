@@ -52,7 +52,7 @@ func lcSleepPath(t *testing.T) string {
 			return p
 		}
 	}
-	t.Skip("no sleep binary")
+	t.Fatal("no sleep binary in /bin or /usr/bin")
 	return ""
 }
 

@@ -61,11 +61,9 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 		if !ok {
 			return rep, fmt.Errorf("no check named %q", only)
 		}
-		if c := h.byName[only]; p == Startup && c != nil && c.cur.Load().passedOnce {
-			cr.State = "pass" // startup asks "has it passed once", as /startupz does
-		}
+		cr, ok = judge(p, h.byName[only], cr)
 		rep.Checks = append(rep.Checks, cr)
-		if cr.State != "pass" && !(p == Liveness && cr.State == "pending") {
+		if !ok {
 			fail(only, cr.Reason)
 		}
 		return rep, nil
@@ -101,17 +99,9 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 		if !c.probes[p] || exclude[c.spec.Name] {
 			continue
 		}
-		cr := c.report(now, *h.start.Load())
+		cr, ok := judge(p, c, c.report(now, *h.start.Load()))
 		rep.Checks = append(rep.Checks, cr)
-		switch {
-		case p == Startup && c.cur.Load().passedOnce:
-			// startup asks "has it passed once", not "does it pass now"
-			cr.State = "pass"
-			rep.Checks[len(rep.Checks)-1] = cr
-		case cr.State == "pass":
-		case cr.State == "pending" && p == Liveness:
-			// Kubernetes' liveness starts as success
-		default:
+		if !ok {
 			fail(c.spec.Name, cr.Reason)
 		}
 	}
@@ -122,6 +112,17 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 		rep.Checks = append(rep.Checks, CheckReport{Name: g.name, State: "degraded", Reason: g.reason})
 	}
 	return rep, nil
+}
+
+// judge reads a check's line as probe p does: startup asks whether the check
+// has passed once, not whether it passes now; liveness lets a check not yet
+// judged pass (Kubernetes' liveness starts as success). c is nil for the
+// built-in agent check.
+func judge(p Probe, c *checkState, cr CheckReport) (CheckReport, bool) {
+	if p == Startup && c != nil && c.cur.Load().passedOnce {
+		cr.State = "pass"
+	}
+	return cr, cr.State == "pass" || (p == Liveness && cr.State == "pending")
 }
 
 func (h *Health) one(name string, now time.Time) (CheckReport, bool) {

@@ -59,10 +59,7 @@ func TestKeystoneProbes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("keystone: %v", err)
 	}
-	ksPort, err := keystone.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ksPort := freePort(t)
 	port := freePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	const period, timeout = 500 * time.Millisecond, 400 * time.Millisecond

@@ -167,6 +167,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitConfig
 		}
 		cmd = "init" // kubernetes-entrypoint drop-in
+	case "probe":
+		// After global flags (`--config X probe readiness`): only --config
+		// matters to the client, for probes.socket.
+		if g.config != "" {
+			args = append([]string{"--config", g.config}, args...)
+		}
+		return probe(args, stdout, stderr)
 	case "help":
 		root.Usage()
 		return exitOK

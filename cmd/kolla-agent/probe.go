@@ -36,7 +36,15 @@ func probe(args []string, stdout, stderr io.Writer) int {
 		return flagExit(err)
 	}
 	if name == "" && fs.NArg() > 0 {
+		// flags, then the name, then maybe more flags
 		name = fs.Arg(0)
+		if err := fs.Parse(fs.Args()[1:]); err != nil {
+			return flagExit(err)
+		}
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kolla-agent probe: unexpected arguments %q\n", fs.Args())
+		return exitConfig
 	}
 	p, err := probes.ParseProbe(name)
 	if err != nil {

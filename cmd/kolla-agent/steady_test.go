@@ -408,6 +408,11 @@ probes:
 	}
 	second := startAgent(t, plainEnv(), "--config", cfg, "run", "--", "sleep", "300")
 	eventually(t, "second agent ready on the same socket", func() bool { _, code := probeCmd(t, "readiness", "--socket", sock); return code == 0 })
+	// Without --socket the client takes probes.socket from the config, also
+	// with --config given before the command.
+	if out, err := exec.Command(s.bin, "--config", cfg, "probe", "readiness").CombinedOutput(); err != nil {
+		t.Errorf("probe with the socket from the config: %v %q", err, out)
+	}
 	second.cmd.Process.Signal(syscall.SIGTERM)
 	second.wantExit(143)
 }
