@@ -25,6 +25,7 @@ import (
 	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/entrypoint"
 	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/probes"
 )
 
 // Options are the agent's inputs from the command line and environment.
@@ -93,6 +94,12 @@ type Agent struct {
 	metrics  *agentMetrics
 	// kube is the API client, made once for the wait and the steady state.
 	kube *discovery.Kube
+	// boot is the bootstrap, resolved once for the steps before the service
+	// and those after the rollout.
+	boot *bootRun
+	// health, once the probe server runs, takes the bootstrap's readiness
+	// gate.
+	health *probes.Health
 }
 
 // New checks the options and fills defaults.
@@ -396,19 +403,24 @@ func (a *Agent) summary(rs []discovery.Result) {
 // describe pod` shows it: the termination message and an Event.
 func (a *Agent) reportFailure(p *Plan, kube *discovery.Kube, reason string, err error) {
 	msg := err.Error()
-	if path := a.path(p.TerminationMessagePath); path != "" {
-		// The kubelet reads at most 4096 bytes of it.
-		if werr := os.WriteFile(path, []byte(truncate(msg, 4096)), 0o644); werr != nil {
-			a.log.Debug("termination message not written", "path", path, "error", werr.Error())
-		}
-	}
+	a.writeTerminationMessage(p, msg)
 	if kube == nil || p.PodName == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if eerr := postEvent(ctx, kube, p.Namespace, p.PodName, reason, msg); eerr != nil {
+	if eerr := postEvent(ctx, kube, p.Namespace, p.PodName, "Warning", reason, msg); eerr != nil {
 		a.log.Warn("could not post the failure as an Event on the pod", "pod", p.Namespace+"/"+p.PodName, "error", eerr.Error())
+	}
+}
+
+// writeTerminationMessage writes msg where the kubelet reads why the
+// container stopped (at most 4096 bytes of it).
+func (a *Agent) writeTerminationMessage(p *Plan, msg string) {
+	if path := a.path(p.TerminationMessagePath); path != "" {
+		if werr := os.WriteFile(path, []byte(truncate(msg, 4096)), 0o644); werr != nil {
+			a.log.Debug("termination message not written", "path", path, "error", werr.Error())
+		}
 	}
 }
 

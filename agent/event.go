@@ -2,21 +2,26 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
 )
 
-// postEvent posts one Warning Event on the agent's own pod, synchronously: the
+// postEvent posts one Event (type Normal or Warning) on the agent's own pod, synchronously: the
 // process is about to exit, and client-go's event recorders deliver
 // asynchronously from a queue that would have to be flushed first. The Event
 // is written as its JSON fields: the agent links no typed API objects.
-func postEvent(ctx context.Context, kube *discovery.Kube, ns, pod, reason, msg string) error {
+func postEvent(ctx context.Context, kube *discovery.Kube, ns, pod, typ, reason, msg string) error {
 	ref, err := kube.PodRef(ctx, ns, pod)
 	if err != nil {
 		return err
 	}
 	now := time.Now().UTC().Format(time.RFC3339)
+	action := "Wait"
+	if strings.HasPrefix(reason, "Bootstrap") {
+		action = "Bootstrap"
+	}
 	return kube.CreateEvent(ctx, ns, map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Event",
@@ -27,13 +32,13 @@ func postEvent(ctx context.Context, kube *discovery.Kube, ns, pod, reason, msg s
 		},
 		"reason":             reason,
 		"message":            truncate(msg, 1024),
-		"type":               "Warning",
+		"type":               typ,
 		"source":             map[string]any{"component": "kolla-agent", "host": ref.NodeName},
 		"firstTimestamp":     now,
 		"lastTimestamp":      now,
 		"count":              int64(1),
 		"reportingComponent": "kolla-agent",
 		"reportingInstance":  pod,
-		"action":             "Wait",
+		"action":             action,
 	})
 }

@@ -143,8 +143,16 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		a.reportFailure(p, nil, "RenderFailed", err)
 		return 0, err
 	}
-	command, err := a.command(p, kc, args)
+	command, oneShot, err := a.command(p, kc, args)
 	if err != nil {
+		return 0, err
+	}
+	if oneShot {
+		// kolla's KOLLA_BOOTSTRAP/KOLLA_UPGRADE: the bootstrap command in
+		// place of the service, run as `kolla-agent bootstrap` runs it.
+		return a.runCommand(ctx, p, command)
+	}
+	if err := a.Bootstrap(ctx, p); err != nil {
 		return 0, err
 	}
 	if len(command) == 0 {
@@ -201,9 +209,10 @@ func forwarded() []os.Signal {
 
 // command chooses what to run: kolla's bootstrap or upgrade command when
 // KOLLA_BOOTSTRAP or KOLLA_UPGRADE is in the environment (an empty value
-// counts, as in kolla's extend_start.sh) and one is configured; else the
-// command after --, else run.command, else kolla's config.json command.
-func (a *Agent) command(p *Plan, kc *render.KollaConfig, args []string) ([]string, error) {
+// counts, as in kolla's extend_start.sh) and one is configured (oneShot);
+// else the command after --, else run.command, else kolla's config.json
+// command.
+func (a *Agent) command(p *Plan, kc *render.KollaConfig, args []string) (command []string, oneShot bool, err error) {
 	run := config0(p).Run
 	pick := func(field, s string) ([]string, error) {
 		words, err := shlex.Split(s)
@@ -214,23 +223,25 @@ func (a *Agent) command(p *Plan, kc *render.KollaConfig, args []string) ([]strin
 	}
 	if _, ok := a.opts.LookupEnv("KOLLA_UPGRADE"); ok && run.Upgrade != "" {
 		a.log.Info("KOLLA_UPGRADE is set: running the upgrade command instead of the service", "command", run.Upgrade)
-		return pick("run.upgrade", run.Upgrade)
+		command, err = pick("run.upgrade", run.Upgrade)
+		return command, true, err
 	}
 	if _, ok := a.opts.LookupEnv("KOLLA_BOOTSTRAP"); ok && run.Bootstrap != "" {
 		a.log.Info("KOLLA_BOOTSTRAP is set: running the bootstrap command instead of the service", "command", run.Bootstrap)
-		return pick("run.bootstrap", run.Bootstrap)
+		command, err = pick("run.bootstrap", run.Bootstrap)
+		return command, true, err
 	}
 	switch {
 	case len(args) > 0:
-		return args, nil
+		return args, false, nil
 	case run.Command != "":
-		return pick("run.command", run.Command)
+		command, err = pick("run.command", run.Command)
 	case kc != nil && kc.Command != "":
 		// kolla splits its command on whitespace and loses quoting; a shell's
 		// rules keep `bash -c 'a b'` whole.
-		return pick("config.json command", kc.Command)
+		command, err = pick("config.json command", kc.Command)
 	}
-	return nil, nil
+	return command, false, err
 }
 
 // supervise decides whether the agent stays as the service's parent. In

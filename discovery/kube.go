@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -67,17 +68,33 @@ func apiTrouble(report func(Observation)) func(string, error) {
 	return func(op string, err error) { report(unhealthy("API %s: %v", op, err)) }
 }
 
-// watchUntil lists and watches the objects lw selects (one LIST, then one
+// watchUntil lists and watches the objects lw selects and evaluates eval over
+// the whole current set once synced and after every change, until the
+// observation settles the wait (see watchSet).
+func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Observation), lw cache.ListerWatcher, objType runtime.Object, eval func([]any) Observation) error {
+	err := watchSet(ctx, lw, objType, w.sleep, func(objs []any) (bool, error) {
+		return settle(ctx, d, eval(objs), report)
+	})
+	if errors.Is(err, errWatchClosed) {
+		return fmt.Errorf("watch of %s closed", d)
+	}
+	return err
+}
+
+var errWatchClosed = errors.New("watch closed")
+
+// watchSet lists and watches the objects lw selects (one LIST, then one
 // WATCH resumed from the last resourceVersion and re-listed on 410 Gone, by
-// client-go's reflector inside an informer) and evaluates eval over the whole
-// current set once synced and after every change: level-based, so a missed
-// event cannot leave it stuck, and never on a half-listed set (which could
-// say "every Job complete" before the last one is listed).
+// client-go's reflector inside an informer) and calls onSet with the whole
+// current set once synced and after every change, until it says done:
+// level-based, so a missed event cannot leave a caller stuck, and never on a
+// half-listed set (which could say "every Job complete" before the last one
+// is listed).
 //
 // This is watchtools.UntilWithSync but for its wait for the initial sync,
 // which polls every 100 ms: most of the run time of an agent whose
 // dependencies are already met.
-func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Observation), lw cache.ListerWatcher, objType runtime.Object, eval func([]any) Observation) error {
+func watchSet(ctx context.Context, lw cache.ListerWatcher, objType runtime.Object, sleep func(context.Context, time.Duration) bool, onSet func([]any) (bool, error)) error {
 	ctx, cancel := context.WithCancel(ctx) // also ends waitSynced's goroutine
 	defer cancel()
 	store, informer, watcher, done := watchtools.NewIndexerInformerWatcherWithLogger(klog.FromContext(ctx), lw, objType)
@@ -85,7 +102,7 @@ func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Obser
 		watcher.Stop()
 		<-done
 	}()
-	synced := w.waitSynced(ctx, informer.HasSynced)
+	synced := waitSynced(ctx, informer.HasSynced, sleep)
 	isSynced := false
 	for {
 		select {
@@ -95,13 +112,13 @@ func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Obser
 			synced, isSynced = nil, true
 		case _, ok := <-watcher.ResultChan():
 			if !ok {
-				return fmt.Errorf("watch of %s closed", d)
+				return errWatchClosed
 			}
 			if !isSynced {
 				continue
 			}
 		}
-		if done, err := settle(ctx, d, eval(store.List()), report); done {
+		if done, err := onSet(store.List()); done {
 			return err
 		}
 	}
@@ -109,12 +126,12 @@ func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Obser
 
 // waitSynced closes the returned channel once hasSynced is true, looking
 // every millisecond at first and backing off to 50 ms.
-func (w *Waiter) waitSynced(ctx context.Context, hasSynced func() bool) <-chan struct{} {
+func waitSynced(ctx context.Context, hasSynced func() bool, sleep func(context.Context, time.Duration) bool) <-chan struct{} {
 	ch := make(chan struct{})
 	go func() {
 		b := wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 50 * time.Millisecond}
 		for !hasSynced() {
-			if !w.sleep(ctx, b.Step()) {
+			if !sleep(ctx, b.Step()) {
 				return
 			}
 		}

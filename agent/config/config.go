@@ -44,6 +44,8 @@ type Config struct {
 	Probes Probes `json:"probes,omitempty"`
 	// Sidecar says how `kolla-agent sidecar` finds the service's process.
 	Sidecar Sidecar `json:"sidecar,omitempty"`
+	// Bootstrap is one-time work per version, coordinated across replicas.
+	Bootstrap Bootstrap `json:"bootstrap,omitempty"`
 }
 
 // RenderItem is one template: src is a Go text/template, dest the file it
@@ -157,6 +159,9 @@ func Parse(name string, b []byte) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if err := c.validateProbes(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := c.validateBootstrap(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return &c, nil

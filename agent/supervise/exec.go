@@ -3,6 +3,7 @@ package supervise
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,12 +80,17 @@ func (s *Supervisor) start() (pid, code int, err error) {
 			return 0, 1, fmt.Errorf("supervise: working directory %s is not a directory", s.dir)
 		}
 	}
+	files, closeChild, err := s.outputs()
+	if err != nil {
+		return 0, 1, fmt.Errorf("supervise: output pipes: %w", err)
+	}
 	p, err := os.StartProcess(path, s.command, &os.ProcAttr{
 		Dir:   s.dir,
 		Env:   s.env,
-		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Credential: s.credential()},
 	})
+	closeChild() // the child has its copies; the copiers see EOF when it is done
 	if err != nil {
 		switch {
 		case errors.Is(err, syscall.ENOENT):
@@ -107,6 +113,38 @@ func (s *Supervisor) start() (pid, code int, err error) {
 	}
 	s.log.Info("service started", attrs...)
 	return pid, 0, nil
+}
+
+// outputs returns the child's stdin, stdout and stderr: the agent's own, or
+// the write ends of pipes whose read ends are copied to s.stdout/s.stderr.
+// closeChild closes the parent's copies of the write ends after the fork.
+func (s *Supervisor) outputs() (files []*os.File, closeChild func(), err error) {
+	files = []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	var writeEnds []*os.File
+	closeChild = func() {
+		for _, w := range writeEnds {
+			w.Close()
+		}
+	}
+	for i, w := range []io.Writer{s.stdout, s.stderr} {
+		if w == nil {
+			continue
+		}
+		r, wr, err := os.Pipe()
+		if err != nil {
+			closeChild()
+			return nil, func() {}, err
+		}
+		files[i+1] = wr
+		writeEnds = append(writeEnds, wr)
+		s.copying.Add(1)
+		go func() {
+			defer s.copying.Done()
+			defer r.Close()
+			io.Copy(w, r) // ends at EOF: every holder of the write end is gone
+		}()
+	}
+	return files, closeChild, nil
 }
 
 // credential is what the fork applies: setgroups (even to no groups, which

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -58,6 +59,9 @@ type Config struct {
 	// Signals are forwarded to the child's process group; nil means
 	// DefaultSignals. SIGTERM among them starts the stop sequence.
 	Signals []os.Signal
+	// Stdout and Stderr receive the child's output through a pipe; nil
+	// gives the child the agent's own (no copying).
+	Stdout, Stderr io.Writer
 }
 
 // Supervisor runs one child once.
@@ -69,6 +73,9 @@ type Supervisor struct {
 	grace   time.Duration
 	log     *slog.Logger
 	signals []os.Signal
+	stdout  io.Writer
+	stderr  io.Writer
+	copying sync.WaitGroup // the output copiers, when there are pipes
 
 	stopCh chan struct{} // closed by the first Stop
 	done   chan struct{} // closed when Run returns
@@ -126,6 +133,8 @@ func New(cfg Config) (*Supervisor, error) {
 		grace:   cfg.Grace,
 		log:     cfg.Logger,
 		signals: append([]os.Signal(nil), sigs...),
+		stdout:  cfg.Stdout,
+		stderr:  cfg.Stderr,
 		stopCh:  make(chan struct{}),
 		done:    make(chan struct{}),
 		spawned: map[int]chan syscall.WaitStatus{},
@@ -199,8 +208,25 @@ func (s *Supervisor) Run(ctx context.Context) (exitCode int, err error) {
 	defer s.setReaping(false)
 	defer s.pid.Store(0)
 	l := &loop{s: s, pid: pid}
-	return l.run(ctx, chld, fwd)
+	code, err = l.run(ctx, chld, fwd)
+	s.drain()
+	return code, err
 }
+
+// drain waits for the output copiers to reach the end of the pipes, but not
+// for long: a process that left the group may hold them open.
+func (s *Supervisor) drain() {
+	done := make(chan struct{})
+	go func() { s.copying.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(drainWait):
+		s.log.Warn("output of the command still open after it ended; not waiting for it", "waited", drainWait)
+	}
+}
+
+// drainWait bounds drain.
+const drainWait = 2 * time.Second
 
 // loop is the state of one Run, touched only by Run's goroutine: it is the
 // one goroutine that waits for children, so the main child's status needs no

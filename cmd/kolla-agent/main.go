@@ -21,6 +21,7 @@ import (
 
 	"github.com/kolla-agent/kolla-agent/agent"
 	"github.com/kolla-agent/kolla-agent/agent/entrypoint"
+	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/discovery"
 )
 
@@ -53,6 +54,9 @@ Commands:
                        agent.yaml, or kolla's command), or kolla's bootstrap or
                        upgrade command when KOLLA_BOOTSTRAP/KOLLA_UPGRADE is set;
                        exits with the service's code (128+N if signal N killed it)
+  bootstrap -- CMD...  the bootstrap Job's container: run CMD, pass its output
+                       through, exit with its code; on failure write the
+                       reason and the last output to the termination message
   sidecar              serve probes (and later logs, reload) for a service that
                        another container of the pod runs, found in the shared
                        PID namespace by sidecar.process; runs until SIGTERM
@@ -70,8 +74,8 @@ Dependencies (wait syntax, also used in agent.yaml):
   pod:[NS/]k=v,...[@samenode]  container:NAME
   resource:GROUP/VERSION/KIND/[NS/]NAME[?field.path=value][&condition=Type[=Status]]
 
-Exit codes: 0 ok; 1 bad configuration or input; 2 a dependency wait timed out
-or failed.
+Exit codes: 0 ok; 1 bad configuration or input; 2 a dependency or bootstrap
+wait timed out or failed.
 
 Global flags (also accepted after the command):
 `
@@ -156,6 +160,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stderr, "Usage: kolla-agent run [flags] [-- CMD...]\n\nWaits, renders, then runs the service and exits with its code.\n\n")
 			fs.PrintDefaults()
 		}
+	case "bootstrap":
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent bootstrap [flags] -- CMD...\n\nRuns the bootstrap command (a bootstrap Job's container) and exits with its code.\n\n")
+			fs.PrintDefaults()
+		}
 	case "sidecar":
 		fs.Usage = func() {
 			fmt.Fprint(stderr, "Usage: kolla-agent sidecar [flags]\n\nServes the probes of agent.yaml for a service another container runs; runs until SIGTERM.\n\n")
@@ -210,7 +219,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case cmd == "wait":
 		plan, err = a.WaitPlan(fs.Args())
-	case cmd != "run" && fs.NArg() > 0:
+	case cmd != "run" && cmd != "bootstrap" && fs.NArg() > 0:
 		fmt.Fprintf(stderr, "kolla-agent %s: unexpected arguments %q\n", cmd, fs.Args())
 		return exitConfig
 	default:
@@ -228,10 +237,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitCode(logger, err)
 		}
 		return code
+	case "bootstrap":
+		code, err := a.BootstrapCommand(ctx, plan, fs.Args())
+		if err != nil && code == 0 {
+			return exitCode(logger, err)
+		}
+		return code
 	case "sidecar":
 		return exitCode(logger, a.RunSidecar(ctx, plan))
 	}
 	err = a.Wait(ctx, plan)
+	if err == nil {
+		err = a.Bootstrap(ctx, plan)
+	}
 	if err == nil && len(plan.Command) > 0 {
 		err = agent.Exec(plan.Command)
 	}
@@ -272,6 +290,9 @@ func exitCode(log *slog.Logger, err error) int {
 		return exitConfig
 	case errors.Is(err, discovery.ErrFailed), errors.Is(err, discovery.ErrTimeout):
 		log.Error("dependency wait failed", "error", err.Error())
+		return exitWait
+	case errors.Is(err, bootstrap.ErrFailed), errors.Is(err, bootstrap.ErrTimeout):
+		log.Error("bootstrap failed", "error", err.Error())
 		return exitWait
 	default:
 		log.Error("failed", "error", err.Error())

@@ -192,6 +192,29 @@ func (k *Kubelet) FailJobPod(ctx context.Context, namespace, job string, exitCod
 	return k.finishJobPod(ctx, namespace, job, corev1.PodFailed, exitCode)
 }
 
+// RunJobPod stands in for the kubelet running a Job's pod: it waits for an
+// active pod of the Job, reports it running, calls run with it (the test
+// runs the pod's command locally) and reports the pod terminated with the
+// exit code run returns: Succeeded for 0, else Failed.
+func (k *Kubelet) RunJobPod(ctx context.Context, namespace, job string, run func(context.Context, *corev1.Pod) int32) (*corev1.Pod, int32, error) {
+	pod, err := k.WaitForPod(ctx, namespace, "batch.kubernetes.io/job-name="+job)
+	if err != nil {
+		return nil, 0, fmt.Errorf("testenv: pod of job %s/%s: %w", namespace, job, err)
+	}
+	if err := k.SetPodRunning(ctx, namespace, pod.Name, nodeIP, false); err != nil {
+		return nil, 0, err
+	}
+	code := run(ctx, pod)
+	phase := corev1.PodSucceeded
+	if code != 0 {
+		phase = corev1.PodFailed
+	}
+	if err := k.setTerminated(ctx, namespace, pod.Name, phase, code); err != nil {
+		return nil, code, err
+	}
+	return pod, code, nil
+}
+
 func (k *Kubelet) finishJobPod(ctx context.Context, namespace, job string, phase corev1.PodPhase, exitCode int32) (*corev1.Pod, error) {
 	pod, err := k.WaitForPod(ctx, namespace, "batch.kubernetes.io/job-name="+job)
 	if err != nil {

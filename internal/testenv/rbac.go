@@ -44,7 +44,14 @@ func AgentUser(namespace string) string {
 // are in effect. Calling it again for the same namespace replaces the Role's
 // rules and issues a new token.
 func (e *Env) AgentKubeconfig(ctx context.Context, namespace string, extra ...rbacv1.PolicyRule) (string, error) {
-	objs, err := readRBAC()
+	return e.AgentKubeconfigWith(ctx, namespace, nil, extra...)
+}
+
+// AgentKubeconfigWith is AgentKubeconfig that also applies more of the
+// RBAC examples (paths relative to the repository root, each a Role and a
+// RoleBinding for the same ServiceAccount), e.g. a bootstrap mode's.
+func (e *Env) AgentKubeconfigWith(ctx context.Context, namespace string, manifests []string, extra ...rbacv1.PolicyRule) (string, error) {
+	objs, err := readRBAC(RBACManifest, true)
 	if err != nil {
 		return "", err
 	}
@@ -52,7 +59,19 @@ func (e *Env) AgentKubeconfig(ctx context.Context, namespace string, extra ...rb
 	if err := e.applyRBAC(ctx, namespace, objs); err != nil {
 		return "", fmt.Errorf("testenv: apply %s in %s: %w", RBACManifest, namespace, err)
 	}
-	if err := e.waitAuthorized(ctx, namespace, objs.sa.Name, objs.role.Rules); err != nil {
+	rules := objs.role.Rules
+	for _, m := range manifests {
+		more, err := readRBAC(m, false)
+		if err != nil {
+			return "", err
+		}
+		more.sa = objs.sa
+		if err := e.applyRBAC(ctx, namespace, more); err != nil {
+			return "", fmt.Errorf("testenv: apply %s in %s: %w", m, namespace, err)
+		}
+		rules = append(rules, more.role.Rules...)
+	}
+	if err := e.waitAuthorized(ctx, namespace, objs.sa.Name, rules); err != nil {
 		return "", fmt.Errorf("testenv: rbac for %s: %w", AgentUser(namespace), err)
 	}
 	ttl := int64(agentTokenTTL / time.Second)
@@ -108,15 +127,16 @@ type rbacObjects struct {
 	binding *rbacv1.RoleBinding
 }
 
-// readRBAC decodes RBACManifest strictly, so a typo in the shipped example
-// fails the tests instead of silently dropping a field.
-func readRBAC() (rbacObjects, error) {
+// readRBAC decodes an RBAC example (relative to the repository root)
+// strictly, so a typo in a shipped example fails the tests instead of
+// silently dropping a field. withSA: the file must hold the ServiceAccount.
+func readRBAC(rel string, withSA bool) (rbacObjects, error) {
 	var objs rbacObjects
 	root, err := repoRoot()
 	if err != nil {
 		return objs, err
 	}
-	path := filepath.Join(root, RBACManifest)
+	path := filepath.Join(root, rel)
 	f, err := os.Open(path)
 	if err != nil {
 		return objs, fmt.Errorf("testenv: %w", err)
@@ -156,8 +176,8 @@ func readRBAC() (rbacObjects, error) {
 			return objs, fmt.Errorf("testenv: %s: document %d (%s): %w", path, i, tm.Kind, err)
 		}
 	}
-	if objs.sa == nil || objs.role == nil || objs.binding == nil {
-		return objs, fmt.Errorf("testenv: %s: want a ServiceAccount, a Role and a RoleBinding", path)
+	if withSA && objs.sa == nil || objs.role == nil || objs.binding == nil {
+		return objs, fmt.Errorf("testenv: %s: want a Role and a RoleBinding (and in %s a ServiceAccount)", path, RBACManifest)
 	}
 	return objs, nil
 }

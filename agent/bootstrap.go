@@ -1,0 +1,349 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/shlex"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/render"
+	"github.com/kolla-agent/kolla-agent/agent/supervise"
+	"github.com/kolla-agent/kolla-agent/bootstrap"
+	"github.com/kolla-agent/kolla-agent/discovery"
+)
+
+// Bootstrap runs the bootstrap: section's steps that come before the
+// service (all of them, or the phases before the rollout), after the wait
+// and the render: lease mode's command needs the rendered config. Bad input
+// is a ConfigError; a failed or timed-out bootstrap is reported (log,
+// termination message, Event) and returned.
+func (a *Agent) Bootstrap(ctx context.Context, p *Plan) error {
+	b := &config0(p).Bootstrap
+	if !b.Enabled() {
+		return nil
+	}
+	run, err := a.bootstrapRun(ctx, p)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.BootstrapTimeout())
+	defer cancel()
+	start := time.Now()
+	for _, s := range run.steps(false) {
+		if err := run.step(ctx, s); err != nil {
+			if errors.Is(err, bootstrap.ErrInvalid) {
+				return &ConfigError{Err: fmt.Errorf("%s: bootstrap: %w", p.Source, err)}
+			}
+			a.reportFailure(p, run.kube, "BootstrapFailed", err)
+			a.markPod(run, false, "BootstrapFailed", err.Error())
+			return err
+		}
+	}
+	a.log.Info("bootstrap done", "name", b.Name, "mode", b.Mode, "version", run.version, "took", time.Since(start).Round(time.Millisecond).String())
+	a.markPod(run, true, "Bootstrapped", fmt.Sprintf("%s %s done", b.Name, run.version))
+	return nil
+}
+
+// bootRun is one bootstrap's resolved inputs.
+type bootRun struct {
+	a       *Agent
+	p       *Plan
+	cfg     *config.Bootstrap
+	kube    *discovery.Kube
+	coord   *bootstrap.Coordinator
+	version string
+}
+
+// bootstrapRun resolves the version and builds the coordinator, once per
+// agent: the steady state's after-rollout phases use the same.
+func (a *Agent) bootstrapRun(ctx context.Context, p *Plan) (*bootRun, error) {
+	if a.boot != nil {
+		return a.boot, nil
+	}
+	b := &config0(p).Bootstrap
+	kube, err := a.kubeClient()
+	if err != nil {
+		return nil, err
+	}
+	if kube == nil {
+		return nil, configErr("%s: bootstrap needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", p.Source)
+	}
+	pod := p.PodName
+	if pod == "" {
+		// The pod's hostname is its name unless the spec sets hostname.
+		if pod, err = os.Hostname(); err != nil {
+			return nil, configErr("bootstrap: POD_NAME is not set and the hostname is unknown: %v", err)
+		}
+	}
+	r := &bootRun{a: a, p: p, cfg: b, kube: kube}
+	r.coord, err = bootstrap.New(bootstrap.Config{
+		Kube: kube, Namespace: p.Namespace, Name: b.Name, PodName: pod,
+		Report: a.bootstrapProgress(p, kube), Logger: a.log, Registerer: a.registry,
+	})
+	if err != nil {
+		return nil, configErr("%v", err)
+	}
+	if r.version, err = r.resolveVersion(ctx); err != nil {
+		return nil, err
+	}
+	a.boot = r
+	return r, nil
+}
+
+// resolveVersion: the configured version, else the content hash of what
+// the bootstrap does (create: the Job rendered without a phase; lease: the
+// commands; wait: the Jobs waited for) and of the inputs.
+func (r *bootRun) resolveVersion(ctx context.Context) (string, error) {
+	if r.cfg.Version != "" {
+		return r.cfg.Version, nil
+	}
+	inputs := map[string][]byte{}
+	for i, path := range r.cfg.Inputs {
+		data, err := os.ReadFile(r.a.path(path))
+		if err != nil {
+			return "", configErr("%s: bootstrap.inputs[%d]: %v", r.p.Source, i, err)
+		}
+		inputs[path] = data
+	}
+	var what []byte
+	switch r.cfg.Mode {
+	case config.BootstrapCreate:
+		m, err := r.renderJob(ctx, bootstrap.Step{}, "")
+		if err != nil {
+			return "", err
+		}
+		what = m
+	case config.BootstrapLease:
+		parts := []string{r.cfg.Command}
+		for _, ph := range r.cfg.Phases {
+			parts = append(parts, ph.Name+"="+ph.Command)
+		}
+		what = []byte(strings.Join(parts, "\n"))
+	case config.BootstrapWait:
+		what = []byte(strings.Join(r.cfg.Jobs, "\n"))
+	}
+	v, err := bootstrap.Version(what, inputs)
+	if err != nil {
+		return "", configErr("%s: bootstrap.job %s: %v", r.p.Source, r.cfg.Job, err)
+	}
+	return v, nil
+}
+
+// steps are the steps before the service (later=false) or after the
+// rollout (later=true).
+func (r *bootRun) steps(later bool) []bootstrap.Step {
+	if len(r.cfg.Phases) == 0 {
+		if later {
+			return nil
+		}
+		return []bootstrap.Step{{Version: r.version}}
+	}
+	var out []bootstrap.Step
+	for _, ph := range r.cfg.Phases {
+		if ph.Later() == later {
+			out = append(out, bootstrap.Step{Phase: ph.Name, Version: r.version})
+		}
+	}
+	return out
+}
+
+// command is the step's command: the phase's, else bootstrap.command.
+func (r *bootRun) command(s bootstrap.Step) string {
+	for _, ph := range r.cfg.Phases {
+		if ph.Name == s.Phase && ph.Command != "" {
+			return ph.Command
+		}
+	}
+	return r.cfg.Command
+}
+
+// step runs one step in the configured mode.
+func (r *bootRun) step(ctx context.Context, s bootstrap.Step) error {
+	switch r.cfg.Mode {
+	case config.BootstrapCreate:
+		m, err := r.renderJob(ctx, s, r.version)
+		if err != nil {
+			return err
+		}
+		spec := bootstrap.JobSpec{Manifest: m, Source: r.cfg.Job, PermanentExitCodes: r.cfg.PermanentExitCodes}
+		if err := r.coord.CheckJob(spec, s); err != nil {
+			return err
+		}
+		return r.coord.Create(ctx, s, spec, r.cfg.Retries)
+	case config.BootstrapLease:
+		argv, err := shlex.Split(r.command(s))
+		if err != nil || len(argv) == 0 {
+			return configErr("%s: bootstrap.command %q: not a command", r.p.Source, r.command(s))
+		}
+		return r.coord.Lease(ctx, s, bootstrap.LeaseOptions{Duration: r.cfg.Lease()}, func(ctx context.Context) (int, error) {
+			return r.a.runCommand(ctx, r.p, argv)
+		})
+	case config.BootstrapWait:
+		deps, err := r.cfg.WaitJobs()
+		if err != nil {
+			return configErr("%s: %v", r.p.Source, err)
+		}
+		return r.coord.Wait(ctx, s, strings.Join(r.cfg.Jobs, ", "), func(ctx context.Context) error {
+			w, err := discovery.New(discovery.Config{Dependencies: deps, Namespace: r.p.Namespace, PodName: r.p.PodName, Kube: r.kube, Logger: r.a.log})
+			if err != nil {
+				return &ConfigError{Err: err}
+			}
+			return w.Run(ctx)
+		})
+	}
+	return configErr("bootstrap.mode %q", r.cfg.Mode)
+}
+
+// renderJob renders the Job's template with the template functions of the
+// config's templates; the template sees .Bootstrap.{Name,Phase,Command,
+// Version}. The version is "" while the version itself is being computed.
+func (r *bootRun) renderJob(ctx context.Context, s bootstrap.Step, version string) ([]byte, error) {
+	src, err := os.ReadFile(r.a.path(r.cfg.Job))
+	if err != nil {
+		return nil, configErr("%s: bootstrap.job: %v", r.p.Source, err)
+	}
+	o := r.a.templateOptions(r.p)
+	o.Data = map[string]any{"Bootstrap": map[string]any{
+		"Name": r.cfg.Name, "Phase": s.Phase, "Command": r.command(s), "Version": version,
+	}}
+	out, err := render.RenderTemplate(ctx, r.cfg.Job, src, o)
+	if err != nil {
+		return nil, templateErr(r.p, err)
+	}
+	return out, nil
+}
+
+// bootstrapProgress logs each change of a step's state, posts the
+// noteworthy ones as Events on the pod, and holds readiness while a step is
+// not done.
+func (a *Agent) bootstrapProgress(p *Plan, kube *discovery.Kube) func(bootstrap.Progress) {
+	var last bootstrap.Progress
+	return func(pr bootstrap.Progress) {
+		if pr == last {
+			return
+		}
+		last = pr
+		attrs := []any{"step", pr.Step.String(), "state", string(pr.State), "detail", pr.Detail}
+		if pr.State == bootstrap.Failed {
+			a.log.Error("bootstrap", attrs...)
+		} else {
+			a.log.Info("bootstrap", attrs...)
+		}
+		if h := a.health; h != nil {
+			reason := ""
+			if pr.State != bootstrap.Done {
+				reason = "bootstrap: " + pr.Detail
+			}
+			h.SetGate("bootstrap", reason)
+		}
+		// Failures are posted by reportFailure, with the final error.
+		if pr.Event != "" && pr.State != bootstrap.Failed && p.PodName != "" {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := postEvent(ctx, kube, p.Namespace, p.PodName, "Normal", pr.Event, pr.Step.String()+": "+pr.Detail); err != nil {
+				a.log.Debug("could not post an Event", "reason", pr.Event, "error", err.Error())
+			}
+		}
+	}
+}
+
+// markPod sets the pod condition kolla.openstack.org/bootstrapped when the
+// config asks for it.
+func (a *Agent) markPod(r *bootRun, ok bool, reason, msg string) {
+	if r == nil || !r.cfg.PodCondition || r.p.PodName == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.coord.SetPodCondition(ctx, r.p.PodName, ok, reason, truncate(msg, 1024)); err != nil {
+		a.log.Warn("could not set the pod condition "+bootstrap.ConditionBootstrapped, "error", err.Error())
+	}
+}
+
+// runCommand runs a bootstrap command in the foreground as the service's
+// user, its output passed through, and returns its exit code. On failure
+// the last lines of its output go to the termination message, where
+// `kubectl describe pod` shows them.
+func (a *Agent) runCommand(ctx context.Context, p *Plan, argv []string) (int, error) {
+	run := config0(p).Run
+	cred, err := supervise.LookupCredential(a.opts.Root, run.User, run.Group)
+	if err != nil {
+		return 0, configErr("run.user/run.group: %v", err)
+	}
+	tail := &tailBuffer{max: 2048}
+	s, err := supervise.New(supervise.Config{
+		Command:    argv,
+		Env:        a.childEnv(cred),
+		Credential: cred,
+		Grace:      config0(p).Grace(),
+		Logger:     a.log,
+		Signals:    forwarded(),
+		Stdout:     io.MultiWriter(os.Stdout, tail),
+		Stderr:     io.MultiWriter(os.Stderr, tail),
+	})
+	if err != nil {
+		return 0, configErr("bootstrap command: %v", err)
+	}
+	a.log.Info("running the bootstrap command", "command", argv)
+	code, err := s.Run(ctx)
+	if err == nil && code == 0 {
+		return 0, nil
+	}
+	msg := fmt.Sprintf("bootstrap command %q exited with %d", strings.Join(argv, " "), code)
+	if err != nil {
+		msg = fmt.Sprintf("bootstrap command %q did not run: %v", strings.Join(argv, " "), err)
+	}
+	if t := tail.String(); t != "" {
+		msg += "; last output:\n" + t
+	}
+	a.writeTerminationMessage(p, msg)
+	return code, err
+}
+
+// BootstrapCommand is `kolla-agent bootstrap -- CMD`, the bootstrap Job's
+// container: run CMD, pass its output through, exit with its code, and on
+// failure leave the reason in the termination message.
+func (a *Agent) BootstrapCommand(ctx context.Context, p *Plan, args []string) (int, error) {
+	if len(args) == 0 {
+		return 0, configErr("bootstrap: no command: give it after --")
+	}
+	return a.runCommand(ctx, p, args)
+}
+
+// tailBuffer keeps the last max bytes written, cut at a line start.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, b...)
+	if len(t.buf) > 2*t.max {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(b), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.buf
+	if len(b) > t.max {
+		b = b[len(b)-t.max:]
+		if i := bytes.IndexByte(b, '\n'); i >= 0 && i < len(b)-1 {
+			b = b[i+1:]
+		}
+	}
+	return strings.TrimRight(string(b), "\n")
+}

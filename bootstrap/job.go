@@ -1,0 +1,192 @@
+package bootstrap
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// Version is the content hash that names a version: 10 hex digits of a
+// SHA-256 over the Job's manifest as the API would read it (so formatting
+// and key order do not count) and over each input file's name and content.
+// Anything that changes what the Job does (its image, command, environment,
+// mounted config) changes the name, and so makes a new Job.
+func Version(manifest []byte, inputs map[string][]byte) (string, error) {
+	h := sha256.New()
+	if len(manifest) > 0 {
+		var obj any
+		if err := yaml.Unmarshal(manifest, &obj); err != nil {
+			return "", err
+		}
+		canon, err := json.Marshal(obj) // maps marshal with sorted keys
+		if err != nil {
+			return "", err
+		}
+		h.Write(canon)
+	}
+	names := make([]string, 0, len(inputs))
+	for n := range inputs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(h, "\x00%s\x00%d\x00", n, len(inputs[n]))
+		h.Write(inputs[n])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:10], nil
+}
+
+// maxName is the longest object name that is also a valid label value (a
+// Job's name becomes its pods' job-name label).
+const maxName = 63
+
+// JobName is <prefix>[-<phase>]-<version>[-r<attempt>], the prefix cut so
+// that the whole fits in 63 characters. An explicit version that is not a
+// hash is hashed to 10 hex digits here, keeping names short and valid.
+func JobName(prefix string, s Step, attempt int) string {
+	v := s.Version
+	if !isHex10(v) {
+		sum := sha256.Sum256([]byte(v))
+		v = hex.EncodeToString(sum[:])[:10]
+	}
+	tail := "-" + v
+	if s.Phase != "" {
+		tail = "-" + s.Phase + tail
+	}
+	if attempt > 0 {
+		tail += "-r" + strconv.Itoa(attempt)
+	}
+	if len(prefix)+len(tail) > maxName {
+		prefix = prefix[:maxName-len(tail)]
+		for len(prefix) > 0 && prefix[len(prefix)-1] == '-' {
+			prefix = prefix[:len(prefix)-1]
+		}
+	}
+	return prefix + tail
+}
+
+func isHex10(s string) bool {
+	if len(s) != 10 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// JobSpec is what create mode turns into a Job.
+type JobSpec struct {
+	// Manifest is the rendered template: a batch/v1 Job. Source names it in
+	// errors (the template's path).
+	Manifest []byte
+	Source   string
+	// PermanentExitCodes fail the Job at once (podFailurePolicy FailJob).
+	PermanentExitCodes []int32
+}
+
+// defaultBackoffLimit is the Job API's own default, written out so that it
+// shows in the manifest the agent created.
+const defaultBackoffLimit = 6
+
+// job builds the Job object of one attempt: the template's manifest with
+// the agent's name, labels and defaults. Errors name the template and the
+// field.
+func (c *Coordinator) job(spec JobSpec, s Step, attempt int) (*unstructured.Unstructured, error) {
+	var obj map[string]any
+	if err := yaml.Unmarshal(spec.Manifest, &obj); err != nil {
+		return nil, fmt.Errorf("%s: %v", spec.Source, err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	if u.GetAPIVersion() != "batch/v1" || u.GetKind() != "Job" {
+		return nil, fmt.Errorf("%s: apiVersion/kind: %q/%q, want batch/v1 Job", spec.Source, u.GetAPIVersion(), u.GetKind())
+	}
+	if _, ok, _ := unstructured.NestedMap(obj, "spec", "template", "spec"); !ok {
+		return nil, fmt.Errorf("%s: spec.template.spec: missing", spec.Source)
+	}
+	if cs, _, _ := unstructured.NestedSlice(obj, "spec", "template", "spec", "containers"); len(cs) == 0 {
+		return nil, fmt.Errorf("%s: spec.template.spec.containers: empty", spec.Source)
+	}
+	u.SetName(JobName(c.cfg.Name, s, attempt))
+	u.SetGenerateName("")
+	u.SetNamespace(c.cfg.Namespace)
+	labels := u.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	for k, v := range c.labels(s) {
+		labels[k] = v
+	}
+	labels[LabelAttempt] = strconv.Itoa(attempt)
+	u.SetLabels(labels)
+	ann := u.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AnnotationCreatedBy] = c.cfg.PodName
+	u.SetAnnotations(ann)
+	// The pods carry the bootstrap labels too: `kubectl logs -l` finds them.
+	podLabels, _, _ := unstructured.NestedStringMap(obj, "spec", "template", "metadata", "labels")
+	if podLabels == nil {
+		podLabels = map[string]string{}
+	}
+	for k, v := range c.labels(s) {
+		podLabels[k] = v
+	}
+	if err := unstructured.SetNestedStringMap(obj, podLabels, "spec", "template", "metadata", "labels"); err != nil {
+		return nil, fmt.Errorf("%s: spec.template.metadata.labels: %v", spec.Source, err)
+	}
+	if _, ok, _ := unstructured.NestedFieldNoCopy(obj, "spec", "backoffLimit"); !ok {
+		_ = unstructured.SetNestedField(obj, int64(defaultBackoffLimit), "spec", "backoffLimit")
+	}
+	restart, ok, _ := unstructured.NestedString(obj, "spec", "template", "spec", "restartPolicy")
+	if !ok {
+		restart = "Never"
+		_ = unstructured.SetNestedField(obj, restart, "spec", "template", "spec", "restartPolicy")
+	}
+	if _, ok, _ := unstructured.NestedFieldNoCopy(obj, "spec", "podFailurePolicy"); !ok && restart == "Never" {
+		_ = unstructured.SetNestedSlice(obj, failurePolicy(spec.PermanentExitCodes), "spec", "podFailurePolicy", "rules")
+	} else if len(spec.PermanentExitCodes) > 0 && restart != "Never" {
+		return nil, fmt.Errorf("%s: spec.template.spec.restartPolicy: %q, but a podFailurePolicy (bootstrap.permanentExitCodes) needs Never", spec.Source, restart)
+	}
+	return u, nil
+}
+
+// failurePolicy: a pod disrupted (evicted, preempted, its node drained) is
+// not the command's failure and does not count against backoffLimit; an
+// exit code the config calls permanent fails the Job at once, where
+// retrying would only fail again.
+func failurePolicy(permanent []int32) []any {
+	rules := []any{map[string]any{
+		"action":          "Ignore",
+		"onPodConditions": []any{map[string]any{"type": "DisruptionTarget"}},
+	}}
+	if len(permanent) > 0 {
+		values := make([]any, len(permanent))
+		for i, v := range permanent {
+			values[i] = int64(v)
+		}
+		rules = append(rules, map[string]any{
+			"action":      "FailJob",
+			"onExitCodes": map[string]any{"operator": "In", "values": values},
+		})
+	}
+	return rules
+}
+
+// labels select one step's Jobs, every attempt.
+func (c *Coordinator) labels(s Step) map[string]string {
+	l := map[string]string{LabelName: c.cfg.Name, LabelVersion: s.Version} // config checks that a version is a label value
+	if s.Phase != "" {
+		l[LabelPhase] = s.Phase
+	}
+	return l
+}

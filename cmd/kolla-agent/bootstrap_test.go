@@ -1,0 +1,448 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kolla-agent/kolla-agent/bootstrap"
+	"github.com/kolla-agent/kolla-agent/internal/testenv"
+)
+
+// bootstrapRBAC is the mode's RBAC example, applied on top of the base one.
+func bootstrapEnv(t testing.TB, ns, mode string) []string {
+	t.Helper()
+	kc, err := s.env.AgentKubeconfigWith(ctxT(t), ns, []string{"examples/rbac/bootstrap-" + mode + ".yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{
+		"PATH=" + os.Getenv("PATH"),
+		"KUBECONFIG=" + kc,
+		"NAMESPACE=" + ns,
+	}
+}
+
+// jobTemplate is a bootstrap Job's template as a chart would ship it: the
+// agent's own `bootstrap` command around the step's command.
+const jobTemplate = `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: replaced-by-the-agent
+  labels: {application: keystone}
+spec:
+  %s
+  template:
+    spec:
+      containers:
+        - name: db-sync
+          image: kolla/keystone:2026.1
+          command: ["kolla-agent", "bootstrap", "--", "bash", "-c", {{ printf "%%q" .Bootstrap.Command }}]
+`
+
+// bootstrapFiles writes agent.yaml with the bootstrap section and the Job
+// template (spec holds extra Job spec lines); it returns the config's path.
+func bootstrapFiles(t testing.TB, ns, section, spec string) string {
+	t.Helper()
+	dir := t.TempDir()
+	job := filepath.Join(dir, "db-sync-job.yaml")
+	if err := os.WriteFile(job, []byte(fmt.Sprintf(jobTemplate, spec)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "agent.yaml")
+	body := fmt.Sprintf("namespace: %s\nbootstrap:\n  job: %s\n%s", ns, job, section)
+	if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// bootstrapJobs lists the Jobs of a bootstrap by its label.
+func bootstrapJobs(t testing.TB, ns, name string) []string {
+	t.Helper()
+	l, err := client().BatchV1().Jobs(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: bootstrap.LabelName + "=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, j := range l.Items {
+		names = append(names, j.Name)
+	}
+	return names
+}
+
+// waitJobs waits until the bootstrap has n Jobs and returns their names.
+func waitJobs(t testing.TB, ns, name string, n int) []string {
+	t.Helper()
+	var names []string
+	eventually(t, fmt.Sprintf("%d bootstrap jobs", n), func() bool {
+		names = bootstrapJobs(t, ns, name)
+		return len(names) >= n
+	})
+	if len(names) != n {
+		t.Fatalf("bootstrap jobs %v, want %d", names, n)
+	}
+	return names
+}
+
+// agentCreates counts the agent's job creations in the audit log by
+// response code.
+func agentCreates(t testing.TB, ns string, since time.Time) map[int]int {
+	t.Helper()
+	reqs, err := s.env.Requests(testenv.AgentUser(ns), since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := map[int]int{}
+	for _, r := range reqs {
+		if r.Verb == "create" && strings.HasPrefix(r.RequestURI, "/apis/batch/v1/namespaces/"+ns+"/jobs") {
+			codes[r.Code]++
+		}
+	}
+	return codes
+}
+
+func recordEntries(t testing.TB, ns, name string) map[string]string {
+	t.Helper()
+	cm, err := client().CoreV1().ConfigMaps(ns).Get(ctxT(t), bootstrap.RecordName(name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the record: %v", err)
+	}
+	return cm.Data
+}
+
+// 20 replicas start at once in create mode: exactly one Job is created
+// (the audit log shows one 201 and the rest 409), all wait, and all proceed
+// once the real Job controller marks it Complete. The generated Job has the
+// defaults; the success is recorded once.
+func TestBootstrapCreateOnce(t *testing.T) {
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "create")
+	cfg := bootstrapFiles(t, ns, "  mode: create\n  name: keystone-db-sync\n  command: keystone-manage db_sync\n  timeout: 2m\n", "")
+	since := time.Now()
+	const replicas = 20
+	agents := make([]*agentProc, replicas)
+	for i := range agents {
+		agents[i] = startAgent(t, append(env, fmt.Sprintf("POD_NAME=keystone-api-%d", i)), "--config", cfg, "init")
+	}
+	name := waitJobs(t, ns, "keystone-db-sync", 1)[0]
+	if !strings.HasPrefix(name, "keystone-db-sync-") || len(name) != len("keystone-db-sync-")+10 {
+		t.Errorf("job name %q, want keystone-db-sync-<10 hex>", name)
+	}
+	for _, a := range agents {
+		a.waitLog("waiting for job " + name)
+	}
+	j, err := client().BatchV1().Jobs(ns).Get(ctxT(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Spec.BackoffLimit == nil || *j.Spec.BackoffLimit != 6 || j.Spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever ||
+		j.Spec.PodFailurePolicy == nil || len(j.Spec.PodFailurePolicy.Rules) != 1 {
+		t.Errorf("generated job lacks the defaults: backoffLimit %v restartPolicy %q podFailurePolicy %+v", j.Spec.BackoffLimit, j.Spec.Template.Spec.RestartPolicy, j.Spec.PodFailurePolicy)
+	}
+	if c := j.Spec.Template.Spec.Containers[0].Command; len(c) != 6 || c[5] != "keystone-manage db_sync" {
+		t.Errorf("rendered command %q", c)
+	}
+	if j.Labels["application"] != "keystone" || j.Labels[bootstrap.LabelName] != "keystone-db-sync" {
+		t.Errorf("labels %v", j.Labels)
+	}
+	for _, a := range agents {
+		a.running()
+	}
+	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, name); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents {
+		a.wantExit(0)
+	}
+	var codes map[int]int
+	eventually(t, "20 job creations in the audit log", func() bool {
+		codes = agentCreates(t, ns, since)
+		return codes[201]+codes[409] == replicas
+	})
+	if codes[201] != 1 || codes[409] != replicas-1 {
+		t.Errorf("job creations by response code %v, want one 201 and %d 409", codes, replicas-1)
+	}
+	rec := recordEntries(t, ns, "keystone-db-sync")
+	if len(rec) != 1 {
+		t.Errorf("record %v, want one entry", rec)
+	}
+	for _, v := range rec {
+		if !strings.Contains(v, name) || !strings.Contains(v, string(j.UID)) {
+			t.Errorf("record entry %s does not name job %s (%s)", v, name, j.UID)
+		}
+	}
+}
+
+// A failed Job: the podFailurePolicy fails it at once on a permanent exit
+// code; it is retried once under a new name; when that fails too, every
+// waiting replica says why in the termination message, posts an Event and
+// exits 2.
+func TestBootstrapFailedJob(t *testing.T) {
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "create")
+	cfg := bootstrapFiles(t, ns, "  mode: create\n  name: glance-db-sync\n  command: glance-manage db_sync\n  retries: 1\n  permanentExitCodes: [3]\n  timeout: 2m\n", "")
+	var agents []*agentProc
+	var logs []string
+	for i := range 3 {
+		pod := fmt.Sprintf("glance-api-%d", i)
+		mkPod(t, ns, pod, map[string]string{"app": "glance"}, "glance-api")
+		logs = append(logs, filepath.Join(t.TempDir(), "termination-log"))
+		agents = append(agents, startAgent(t, append(env, "POD_NAME="+pod), "--config", cfg, "--termination-log", logs[i], "init"))
+	}
+	first := waitJobs(t, ns, "glance-db-sync", 1)[0]
+	j, err := client().BatchV1().Jobs(ns).Get(ctxT(t), first, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := j.Spec.PodFailurePolicy.Rules
+	if len(rules) != 2 || rules[1].OnExitCodes == nil || rules[1].OnExitCodes.Values[0] != 3 || rules[1].Action != "FailJob" {
+		t.Errorf("podFailurePolicy %+v, want FailJob on exit code 3", j.Spec.PodFailurePolicy)
+	}
+	if _, _, err := s.env.Kubelet().RunJobPod(ctxT(t), ns, first, func(context.Context, *corev1.Pod) int32 { return 3 }); err != nil {
+		t.Fatal(err)
+	}
+	retry := first + "-r1"
+	for _, a := range agents {
+		a.waitLog("retrying as " + retry)
+	}
+	waitJobs(t, ns, "glance-db-sync", 2)
+	if _, _, err := s.env.Kubelet().RunJobPod(ctxT(t), ns, retry, func(context.Context, *corev1.Pod) int32 { return 3 }); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range agents {
+		a.wantExit(2)
+		msg, err := os.ReadFile(logs[i])
+		if err != nil || !strings.Contains(string(msg), "job "+retry+" failed: PodFailurePolicy") {
+			t.Errorf("termination message %q (%v), want the job's failure", msg, err)
+		}
+	}
+	eventually(t, "BootstrapFailed events on the pods", func() bool {
+		evs, err := client().CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{FieldSelector: "reason=BootstrapFailed"})
+		return err == nil && len(evs.Items) == len(agents)
+	})
+	if names := bootstrapJobs(t, ns, "glance-db-sync"); len(names) != 2 {
+		t.Errorf("jobs %v: a failed job past its retries must not be replaced", names)
+	}
+}
+
+// The Job deleted after success (ttlSecondsAfterFinished: 0, by the real
+// TTL controller): a replica that starts later proceeds from the record at
+// once, without creating or watching a Job; kubernetes-entrypoint would wait
+// for the deleted Job forever.
+func TestBootstrapRecordOutlivesJob(t *testing.T) {
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "create")
+	cfg := bootstrapFiles(t, ns, "  mode: create\n  name: nova-db-sync\n  command: nova-manage db sync\n  timeout: 2m\n", "ttlSecondsAfterFinished: 0")
+	a := startAgent(t, append(env, "POD_NAME=nova-conductor-0"), "--config", cfg, "init")
+	name := waitJobs(t, ns, "nova-db-sync", 1)[0]
+	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, name); err != nil {
+		t.Fatal(err)
+	}
+	a.wantExit(0)
+	eventually(t, "the TTL controller deleting the job", func() bool { return len(bootstrapJobs(t, ns, "nova-db-sync")) == 0 })
+
+	since := time.Now()
+	b := startAgent(t, append(env, "POD_NAME=nova-conductor-1"), "--config", cfg, "init")
+	b.wantExit(0)
+	if !strings.Contains(b.out.String(), "recorded in configmap nova-db-sync-bootstrap") {
+		t.Errorf("the second replica did not proceed from the record:\n%s", b.out.String())
+	}
+	reqs, err := s.env.Requests(testenv.AgentUser(ns), since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reqs {
+		if strings.Contains(r.RequestURI, "/jobs") {
+			t.Errorf("a replica with a recorded bootstrap touched jobs: %s %s", r.Verb, r.RequestURI)
+		}
+	}
+	if len(bootstrapJobs(t, ns, "nova-db-sync")) != 0 {
+		t.Error("the job was created again")
+	}
+}
+
+// freshKeystoneDB returns a keystone.conf like the shared instance's but
+// with its own, empty sqlite database.
+func freshKeystoneDB(t *testing.T) (conf, db string, env []string) {
+	t.Helper()
+	inst, err := keystoneOnce()
+	if err != nil {
+		t.Fatalf("keystone: %v", err)
+	}
+	b, err := os.ReadFile(inst.ConfigFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	db = filepath.Join(dir, "keystone.db")
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "connection = sqlite:") {
+			l = "connection = sqlite:///" + db
+		}
+		lines = append(lines, l)
+	}
+	conf = filepath.Join(dir, "keystone.conf")
+	if err := os.WriteFile(conf, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return conf, db, inst.Env()
+}
+
+// keystoneTables lists the tables of a keystone sqlite database, with
+// Debian's Python (the one with the sqlite3 module keystone uses).
+func keystoneTables(t *testing.T, db string) string {
+	t.Helper()
+	out, err := exec.Command("/usr/bin/python3", "-c",
+		"import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(' '.join(sorted(r[0] for r in c.execute(\"select name from sqlite_master where type='table'\"))))", db).CombinedOutput()
+	if err != nil {
+		t.Fatalf("reading %s: %v\n%s", db, err, out)
+	}
+	return string(out)
+}
+
+// withEnv is env with every variable of more replacing its namesake.
+func withEnv(env []string, more ...string) []string {
+	out := append([]string(nil), more...)
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		replaced := false
+		for _, m := range more {
+			if strings.HasPrefix(m, k+"=") {
+				replaced = true
+			}
+		}
+		if !replaced {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// The real Keystone, create mode: three replicas, one Job, whose container
+// command the kubelet stand-in runs here: `kolla-agent bootstrap --
+// keystone-manage db_sync` on an empty database. db_sync runs once; the
+// replicas proceed; a replica that starts later runs nothing.
+func TestBootstrapKeystoneDBSync(t *testing.T) {
+	ns := namespace(t)
+	conf, db, ksEnv := freshKeystoneDB(t)
+	counter := filepath.Join(t.TempDir(), "db-sync-runs")
+	env := withEnv(bootstrapEnv(t, ns, "create"), ksEnv...)
+	command := fmt.Sprintf("echo run >> %s && exec /usr/bin/keystone-manage --config-file %s db_sync", counter, conf)
+	cfg := bootstrapFiles(t, ns, fmt.Sprintf("  mode: create\n  name: keystone-db-sync\n  command: %q\n  timeout: 3m\n", command), "")
+	var agents []*agentProc
+	for i := range 3 {
+		agents = append(agents, startAgent(t, withEnv(env, fmt.Sprintf("POD_NAME=keystone-%d", i)), "--config", cfg, "init"))
+	}
+	name := waitJobs(t, ns, "keystone-db-sync", 1)[0]
+	var output string
+	_, code, err := s.env.Kubelet().RunJobPod(ctxT(t), ns, name, func(ctx context.Context, p *corev1.Pod) int32 {
+		argv := p.Spec.Containers[0].Command
+		argv[0] = s.bin // the image's kolla-agent is the one under test
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = withEnv(ksEnv, "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+		out, err := cmd.CombinedOutput()
+		output = string(out)
+		if ee, ok := err.(*exec.ExitError); ok {
+			return int32(ee.ExitCode())
+		}
+		if err != nil {
+			return 127
+		}
+		return 0
+	})
+	if err != nil || code != 0 {
+		t.Fatalf("the job's command exited %d (%v):\n%s", code, err, output)
+	}
+	for _, a := range agents {
+		a.wantExit(0)
+	}
+	if tables := keystoneTables(t, db); !strings.Contains(tables, "alembic_version") || !strings.Contains(tables, "project") {
+		t.Errorf("keystone's database was not migrated; tables: %s", tables)
+	}
+	late := startAgent(t, withEnv(env, "POD_NAME=keystone-3"), "--config", cfg, "init")
+	late.wantExit(0)
+	if runs, _ := os.ReadFile(counter); strings.Count(string(runs), "run") != 1 {
+		t.Errorf("db_sync ran %d times, want once", strings.Count(string(runs), "run"))
+	}
+}
+
+// Lease mode with the real Keystone: three replicas compete; the holder
+// runs `keystone-manage db_sync` in its own pod. It is SIGKILLed (with its
+// command) mid-bootstrap: its Lease expires, another replica takes over and
+// runs db_sync again (idempotent), exactly one success is recorded, and all
+// surviving replicas proceed.
+func TestBootstrapLeaseHolderKilled(t *testing.T) {
+	ns := namespace(t)
+	conf, db, ksEnv := freshKeystoneDB(t)
+	dir := t.TempDir()
+	runs, gate := filepath.Join(dir, "runs"), filepath.Join(dir, "go")
+	// Each run says who runs it, then waits for the test's go-ahead.
+	command := fmt.Sprintf(`bash -c 'echo "$POD_NAME $$" >> %s; while [ ! -e %s ]; do sleep 0.05; done; exec /usr/bin/keystone-manage --config-file %s db_sync'`, runs, gate, conf)
+	cfg := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  mode: lease\n  name: keystone-bootstrap\n  command: %q\n  leaseDuration: 2s\n  timeout: 3m\n", ns, command))
+	env := withEnv(bootstrapEnv(t, ns, "lease"), ksEnv...)
+	agents := map[string]*agentProc{}
+	for i := range 3 {
+		pod := fmt.Sprintf("keystone-%d", i)
+		agents[pod] = startAgent(t, withEnv(env, "POD_NAME="+pod), "--config", cfg, "init")
+	}
+	holder, pid := waitRun(t, runs, 1)
+	killed := time.Now()
+	agents[holder].cmd.Process.Signal(syscall.SIGKILL)
+	syscall.Kill(-pid, syscall.SIGKILL) // the container dies with its PID 1
+	<-agents[holder].done
+	second, _ := waitRun(t, runs, 2)
+	if second == holder {
+		t.Fatalf("the killed holder %s ran again", holder)
+	}
+	t.Logf("%s took over %v after %s was killed", second, time.Since(killed).Round(time.Millisecond), holder)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for pod, a := range agents {
+		if pod != holder {
+			a.wantExit(0)
+		}
+	}
+	rec := recordEntries(t, ns, "keystone-bootstrap")
+	if len(rec) != 1 {
+		t.Fatalf("record %v, want exactly one entry", rec)
+	}
+	for _, v := range rec {
+		if !strings.Contains(v, `"holder":"`+second+`"`) {
+			t.Errorf("record entry %s does not name the holder that finished, %s", v, second)
+		}
+	}
+	if tables := keystoneTables(t, db); !strings.Contains(tables, "alembic_version") {
+		t.Errorf("keystone's database was not migrated; tables: %s", tables)
+	}
+	if b, _ := os.ReadFile(runs); strings.Count(string(b), "\n") != 2 {
+		t.Errorf("runs:\n%s\nwant exactly two (the killed one and the one that finished)", b)
+	}
+}
+
+// waitRun waits for the n-th line of the runs file and returns its pod and
+// the command's pid.
+func waitRun(t *testing.T, runs string, n int) (pod string, pid int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("run %d of the bootstrap command", n), func() bool {
+		b, _ := os.ReadFile(runs)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		if len(lines) < n || lines[n-1] == "" {
+			return false
+		}
+		_, err := fmt.Sscanf(lines[n-1], "%s %d", &pod, &pid)
+		return err == nil
+	})
+	return pod, pid
+}
