@@ -42,6 +42,9 @@ type Lease struct {
 	// OnHolder, when set, is called whenever the observed holder changes ("" = none), for progress reports.
 	// It is called from the lock's goroutine and must not block.
 	OnHolder func(holder string)
+	// OnTrouble, when set, receives the watch's API errors (a Role without
+	// watch on leases), which the watch retries itself.
+	OnTrouble func(op string, err error)
 }
 
 // Acquire blocks until l.Identity holds the Lease or ctx ends (then it returns ctx.Err()).
@@ -62,7 +65,7 @@ func (l *Lease) Acquire(ctx context.Context) (held context.Context, release func
 	}
 	held, r.cancelHeld = context.WithCancelCause(ctx)
 	loopCtx, stop := context.WithCancel(ctx)
-	sets := l.Kube.Observe(loopCtx, LeaseGVR, l.Namespace, discovery.Selector{Name: l.Name}, nil)
+	sets := l.Kube.Observe(loopCtx, LeaseGVR, l.Namespace, discovery.Selector{Name: l.Name}, l.OnTrouble)
 	go r.loop(loopCtx, stop, sets)
 
 	var once sync.Once
@@ -281,7 +284,7 @@ func (r *leaseRun) set(u *unstructured.Unstructured) {
 			r.l.OnHolder(rec.HolderIdentity)
 		}
 	}
-	if false {
+	if r.holding && u != nil && rec.HolderIdentity != r.l.Identity {
 		r.lose(fmt.Errorf("%s: now held by %q", r.what(), rec.HolderIdentity))
 	}
 }

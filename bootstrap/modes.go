@@ -56,7 +56,10 @@ func (c *Coordinator) Lease(ctx context.Context, s Step, o LeaseOptions, run fun
 	// Someone else's success ends the competition: watch the record.
 	recorded := make(chan *Entry, 1)
 	go func() {
-		for set := range c.cfg.Kube.Observe(ctx, configMapsGVR, c.cfg.Namespace, discovery.Selector{Name: RecordName(c.cfg.Name)}, nil) {
+		trouble := func(op string, err error) {
+			c.report(s, Waiting, "", "API %s of configmap %s: %v", op, RecordName(c.cfg.Name), err)
+		}
+		for set := range c.cfg.Kube.Observe(ctx, configMapsGVR, c.cfg.Namespace, discovery.Selector{Name: RecordName(c.cfg.Name)}, trouble) {
 			for _, u := range set {
 				if e, _ := entryOf(u, s); e != nil {
 					recorded <- e
@@ -73,6 +76,9 @@ func (c *Coordinator) Lease(ctx context.Context, s Step, o LeaseOptions, run fun
 				c.report(s, Waiting, "", "waiting for pod %s, which holds lease %s", h, c.cfg.Name)
 			}
 			holder = h
+		},
+		OnTrouble: func(op string, err error) {
+			c.report(s, Waiting, "", "API %s of lease %s: %v", op, c.cfg.Name, err)
 		},
 	}
 	for {
