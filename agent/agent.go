@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -97,9 +98,10 @@ type Agent struct {
 	// boot is the bootstrap, resolved once for the steps before the service
 	// and those after the rollout.
 	boot *bootRun
-	// health, once the probe server runs, takes the bootstrap's readiness
-	// gate.
-	health *probes.Health
+	// health is what the probe server answers with once it runs: the
+	// agent's own before the service starts (gates: dependencies,
+	// bootstrap), then the service's checks.
+	health atomic.Pointer[probes.Health]
 }
 
 // New checks the options and fills defaults.

@@ -52,6 +52,42 @@ func (a *Agent) Bootstrap(ctx context.Context, p *Plan) error {
 	return nil
 }
 
+// afterRollout runs the phases that wait for the rollout (contract) beside
+// the service: once every replica of the pod's Deployment or StatefulSet
+// runs this version, whichever replica sees it first creates the step's Job
+// (the others get AlreadyExists and watch it). A recorded phase is skipped;
+// a newer rollout leaves the phase to the newer pods. A failure is
+// reported (log, Event, termination message) but never stops the service.
+func (a *Agent) afterRollout(ctx context.Context, p *Plan) {
+	r := a.boot
+	if r == nil {
+		return
+	}
+	kind, name := r.cfg.OwnerRef()
+	for _, s := range r.steps(true) {
+		if done, _ := r.coord.Recorded(ctx, s); done {
+			continue
+		}
+		err := r.coord.WaitRollout(ctx, s, r.pod, bootstrap.Owner{Kind: kind, Name: name})
+		if err == nil {
+			sctx, cancel := context.WithTimeout(ctx, r.cfg.BootstrapTimeout())
+			err = r.step(sctx, s)
+			cancel()
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, bootstrap.ErrSuperseded):
+			a.log.Info("a newer revision is rolling out; its pods run the later phases", "step", s.String(), "why", err.Error())
+			return
+		case err != nil:
+			a.log.Error("bootstrap phase after the rollout failed; the service runs on", "step", s.String(), "error", err.Error())
+			a.reportFailure(p, r.kube, "BootstrapFailed", err)
+			return
+		}
+	}
+}
+
 // bootRun is one bootstrap's resolved inputs.
 type bootRun struct {
 	a       *Agent
@@ -59,7 +95,18 @@ type bootRun struct {
 	cfg     *config.Bootstrap
 	kube    *discovery.Kube
 	coord   *bootstrap.Coordinator
+	pod     string
 	version string
+}
+
+// later reports whether phase waits for the rollout.
+func (r *bootRun) later(phase string) bool {
+	for _, ph := range r.cfg.Phases {
+		if ph.Name == phase {
+			return ph.Later()
+		}
+	}
+	return false
 }
 
 // bootstrapRun resolves the version and builds the coordinator, once per
@@ -83,7 +130,7 @@ func (a *Agent) bootstrapRun(ctx context.Context, p *Plan) (*bootRun, error) {
 			return nil, configErr("bootstrap: POD_NAME is not set and the hostname is unknown: %v", err)
 		}
 	}
-	r := &bootRun{a: a, p: p, cfg: b, kube: kube}
+	r := &bootRun{a: a, p: p, cfg: b, kube: kube, pod: pod}
 	r.coord, err = bootstrap.New(bootstrap.Config{
 		Kube: kube, Namespace: p.Namespace, Name: b.Name, PodName: pod,
 		Report: a.bootstrapProgress(p, kube), Logger: a.log, Registerer: a.registry,
@@ -237,12 +284,14 @@ func (a *Agent) bootstrapProgress(p *Plan, kube *discovery.Kube) func(bootstrap.
 		} else {
 			a.log.Info("bootstrap", attrs...)
 		}
-		if h := a.health; h != nil {
+		// The phases after the rollout run while the pod serves: they
+		// never hold its readiness.
+		if a.boot == nil || !a.boot.later(pr.Step.Phase) {
 			reason := ""
 			if pr.State != bootstrap.Done {
-				reason = "bootstrap: " + pr.Detail
+				reason = pr.Step.String() + ": " + pr.Detail
 			}
-			h.SetGate("bootstrap", reason)
+			a.gate("bootstrap", reason)
 		}
 		// Failures are posted by reportFailure, with the final error.
 		if pr.Event != "" && pr.State != bootstrap.Failed && p.PodName != "" {

@@ -135,9 +135,19 @@ func templateErr(p *Plan, err error) error {
 // RunService is `kolla-agent run [-- CMD...]`: wait, render, then run the
 // service (or kolla's bootstrap/upgrade command) and return its exit code.
 func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, error) {
+	cfg := config0(p)
+	// With probes, the probe server answers from the start: liveness
+	// passes while the agent waits, readiness says for what.
+	var pr *probeRun
+	if cfg.SteadyState() && a.supervise(cfg.Run.Supervise, true) {
+		pr = a.startProbes(p)
+		defer pr.stop()
+	}
+	a.gate("starting", "waiting for dependencies")
 	if err := a.Wait(ctx, p); err != nil {
 		return 0, err
 	}
+	a.gate("starting", "rendering the config")
 	kc, _, err := a.Render(ctx, p, RenderApply)
 	if err != nil {
 		a.reportFailure(p, nil, "RenderFailed", err)
@@ -152,26 +162,27 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		// place of the service, run as `kolla-agent bootstrap` runs it.
 		return a.runCommand(ctx, p, command)
 	}
+	a.gate("starting", "")
 	if err := a.Bootstrap(ctx, p); err != nil {
 		return 0, err
 	}
 	if len(command) == 0 {
 		return 0, configErr("run: no command: give one after --, in run.command of agent.yaml, or in kolla's config.json")
 	}
-	run := config0(p).Run
+	run := cfg.Run
 	cred, err := supervise.LookupCredential(a.opts.Root, run.User, run.Group)
 	if err != nil {
 		return 0, configErr("run.user/run.group: %v", err)
 	}
 	env := a.childEnv(cred)
-	if !a.supervise(run.Supervise, config0(p).SteadyState()) {
+	if !a.supervise(run.Supervise, cfg.SteadyState()) {
 		return 0, execAs(command, env, cred)
 	}
 	s, err := supervise.New(supervise.Config{
 		Command:    command,
 		Env:        env,
 		Credential: cred,
-		Grace:      config0(p).Grace(),
+		Grace:      cfg.Grace(),
 		Logger:     a.log,
 		Signals:    forwarded(),
 	})
@@ -179,7 +190,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		return 0, configErr("run: %v", err)
 	}
 	a.metrics.restarts(func() int { return 0 }) // run never restarts the service (yet): it exits with it
-	code, err := a.steadyState(ctx, p, s, s, s, env, false)
+	code, err := a.steadyState(ctx, p, pr, s, s, s, env, false)
 	var cerr *ConfigError
 	switch {
 	case errors.As(err, &cerr):

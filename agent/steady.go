@@ -36,7 +36,7 @@ type service interface {
 //  2. the service: SIGTERM, its grace period, then SIGKILL
 //  3. the checks
 //  4. the probe server, last, so probes answer through the whole stop.
-func (a *Agent) steadyState(ctx context.Context, p *Plan, svc service, pids probes.PIDSource, spawner probes.Spawner, env []string, sidecar bool) (int, error) {
+func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc service, pids probes.PIDSource, spawner probes.Spawner, env []string, sidecar bool) (int, error) {
 	cfg := config0(p)
 	means := checkMeans{pids: pids, spawner: spawner, env: env}
 	if deps := dependencyChecks(cfg); len(deps) > 0 {
@@ -56,6 +56,10 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, svc service, pids prob
 	if err != nil {
 		return 0, configErr("%s: %v", p.Source, err)
 	}
+	if pr == nil {
+		pr = a.startProbes(p)
+	}
+	a.health.Store(health) // from now on the probe server answers with the service's checks
 
 	var g run.Group
 	// 1. The stop request: SIGTERM, or the end of the service (its actor
@@ -105,9 +109,61 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, svc service, pids prob
 		return nil
 	}, func(error) { hcancel() })
 
-	// 4. The probe server, stopped last: the TCP listener and the Unix
-	// socket as two duties, so that one that cannot open (a read-only
-	// /run) does not take the other down.
+	// 4. The phases of the bootstrap that wait for the rollout (contract).
+	if a.boot != nil && len(a.boot.steps(true)) > 0 {
+		rctx, rcancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			a.afterRollout(rctx, p)
+			<-rctx.Done() // done: the service runs on
+			return nil
+		}, func(error) { rcancel() })
+	}
+
+	// 5. The probe server, already serving (startProbes), stopped last:
+	// run.Group calls the interrupts in this order, and the service's
+	// returns only once the service is gone. (With no listener configured
+	// pr has nothing to wait for: this actor still waits for the stop.)
+	pctx, pcancel := context.WithCancel(context.Background())
+	g.Add(func() error {
+		<-pctx.Done()
+		pr.stop()
+		return nil
+	}, func(error) { pcancel() })
+
+	start := time.Now()
+	err = g.Run()
+	a.log.Debug("steady state ended", "cause", fmt.Sprint(err), "after", time.Since(start).Round(time.Millisecond).String())
+	return code, svcErr
+}
+
+// probeRun is the probe server's duties: the TCP listener and the Unix
+// socket, each a side duty, so that one that cannot open (a read-only /run)
+// does not take the other down.
+type probeRun struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when both duties have returned
+}
+
+// stop stops the server and waits for it; it may be called more than once.
+func (pr *probeRun) stop() {
+	pr.cancel()
+	<-pr.done
+}
+
+// startProbes starts the probe server before anything else, so that the
+// kubelet's probes are answered from the agent's first moment: liveness
+// passes (the agent's own loop), readiness fails with what the pod waits
+// for (dependencies, the bootstrap). Until the steady state stores the
+// service's Health, it answers with one that has no checks.
+func (a *Agent) startProbes(p *Plan) *probeRun {
+	cfg := config0(p)
+	if a.health.Load() == nil {
+		early, _ := probes.New(probes.Config{Logger: a.log}) // no checks: cannot fail
+		a.health.Store(early)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	pr := &probeRun{cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
 	for _, l := range []struct{ duty, addr, sock string }{
 		{"probe-server", probeAddress(cfg), ""},
 		{"probe-socket", "", probeSocket(cfg)},
@@ -115,25 +171,33 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, svc service, pids prob
 		if l.addr == "" && l.sock == "" {
 			continue
 		}
-		sctx, scancel := context.WithCancel(context.Background())
-		g.Add(func() error {
-			a.sideDuty(sctx, l.duty, health, func(ctx context.Context) error {
-				return a.serveProbes(ctx, l.addr, l.sock, health)
+		wg.Go(func() {
+			a.sideDuty(ctx, l.duty, func(ctx context.Context) error {
+				return a.serveProbes(ctx, l.addr, l.sock)
 			})
-			return nil
-		}, func(error) { scancel() })
+		})
 	}
+	go func() { wg.Wait(); close(pr.done) }()
+	return pr
+}
 
-	start := time.Now()
-	err = g.Run()
-	a.log.Debug("steady state ended", "cause", err.Error(), "after", time.Since(start).Round(time.Millisecond).String())
-	return code, svcErr
+// gate sets (or with "", clears) a readiness gate on the Health the probe
+// server answers with, if it runs.
+func (a *Agent) gate(name, reason string) {
+	h := a.health.Load()
+	switch {
+	case h == nil:
+	case reason == "":
+		h.ClearGate(name)
+	default:
+		h.SetGate(name, reason)
+	}
 }
 
 // serveProbes serves until ctx ends; an error before that (the address is
 // taken) is the duty's failure.
-func (a *Agent) serveProbes(ctx context.Context, addr, sock string, health *probes.Health) error {
-	srv, err := probes.NewServer(probes.ServerConfig{Address: addr, Socket: sock, Health: health, Gatherer: a.registry, Logger: a.log})
+func (a *Agent) serveProbes(ctx context.Context, addr, sock string) error {
+	srv, err := probes.NewServer(probes.ServerConfig{Address: addr, Socket: sock, Current: a.health.Load, Gatherer: a.registry, Logger: a.log})
 	if err != nil {
 		return err
 	}
@@ -154,7 +218,7 @@ func (a *Agent) serveProbes(ctx context.Context, addr, sock string, health *prob
 // sideDuty runs a duty that must never take the service down: when it fails
 // it is logged, counted, shown in ?verbose, and started again with backoff
 // until ctx ends.
-func (a *Agent) sideDuty(ctx context.Context, name string, health *probes.Health, fn func(context.Context) error) {
+func (a *Agent) sideDuty(ctx context.Context, name string, fn func(context.Context) error) {
 	b := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 30 * time.Second}
 	for {
 		err := fn(ctx)
@@ -167,7 +231,7 @@ func (a *Agent) sideDuty(ctx context.Context, name string, health *probes.Health
 		a.metrics.dutyFailures.WithLabelValues(name).Inc()
 		delay := b.Step()
 		a.log.Warn("agent duty failed; the service is not affected; retrying", "duty", name, "error", err.Error(), "retry_in", delay.Round(time.Millisecond).String())
-		health.SetDegraded(name, err.Error())
+		a.health.Load().SetDegraded(name, err.Error())
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -175,7 +239,7 @@ func (a *Agent) sideDuty(ctx context.Context, name string, health *probes.Health
 			return
 		case <-t.C:
 		}
-		health.SetDegraded(name, "")
+		a.health.Load().SetDegraded(name, "")
 	}
 }
 

@@ -99,6 +99,12 @@ func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries 
 	}
 }
 
+// Recorded reads the record (one GET) and says whether the step is done.
+func (c *Coordinator) Recorded(ctx context.Context, s Step) (bool, error) {
+	e, err := c.recorded(ctx, s)
+	return e != nil, err
+}
+
 // fromRecord reports a recorded step done. An unreadable record is not
 // fatal: the Jobs decide.
 func (c *Coordinator) fromRecord(ctx context.Context, s Step) (bool, error) {

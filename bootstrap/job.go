@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -115,28 +116,28 @@ func (c *Coordinator) job(spec JobSpec, s Step, attempt int) (*unstructured.Unst
 	if cs, _, _ := unstructured.NestedSlice(obj, "spec", "template", "spec", "containers"); len(cs) == 0 {
 		return nil, fmt.Errorf("%s: spec.template.spec.containers: empty", spec.Source)
 	}
+	labels, err := stringMap(obj, spec.Source, "metadata", "labels")
+	if err != nil {
+		return nil, err
+	}
 	u.SetName(JobName(c.cfg.Name, s, attempt))
 	u.SetGenerateName("")
 	u.SetNamespace(c.cfg.Namespace)
-	labels := u.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
 	for k, v := range c.labels(s) {
 		labels[k] = v
 	}
 	labels[LabelAttempt] = strconv.Itoa(attempt)
 	u.SetLabels(labels)
-	ann := u.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
+	ann, err := stringMap(obj, spec.Source, "metadata", "annotations")
+	if err != nil {
+		return nil, err
 	}
 	ann[AnnotationCreatedBy] = c.cfg.PodName
 	u.SetAnnotations(ann)
 	// The pods carry the bootstrap labels too: `kubectl logs -l` finds them.
-	podLabels, _, _ := unstructured.NestedStringMap(obj, "spec", "template", "metadata", "labels")
-	if podLabels == nil {
-		podLabels = map[string]string{}
+	podLabels, err := stringMap(obj, spec.Source, "spec", "template", "metadata", "labels")
+	if err != nil {
+		return nil, err
 	}
 	for k, v := range c.labels(s) {
 		podLabels[k] = v
@@ -152,12 +153,39 @@ func (c *Coordinator) job(spec JobSpec, s Step, attempt int) (*unstructured.Unst
 		restart = "Never"
 		_ = unstructured.SetNestedField(obj, restart, "spec", "template", "spec", "restartPolicy")
 	}
-	if _, ok, _ := unstructured.NestedFieldNoCopy(obj, "spec", "podFailurePolicy"); !ok && restart == "Never" {
-		_ = unstructured.SetNestedSlice(obj, failurePolicy(spec.PermanentExitCodes), "spec", "podFailurePolicy", "rules")
-	} else if len(spec.PermanentExitCodes) > 0 && restart != "Never" {
+	_, own, _ := unstructured.NestedFieldNoCopy(obj, "spec", "podFailurePolicy")
+	switch {
+	case len(spec.PermanentExitCodes) > 0 && restart != "Never":
 		return nil, fmt.Errorf("%s: spec.template.spec.restartPolicy: %q, but a podFailurePolicy (bootstrap.permanentExitCodes) needs Never", spec.Source, restart)
+	case len(spec.PermanentExitCodes) > 0 && own:
+		return nil, fmt.Errorf("%s: spec.podFailurePolicy: the template has its own, so bootstrap.permanentExitCodes would be ignored: put the exit codes in it, or drop it", spec.Source)
+	case !own && restart == "Never":
+		_ = unstructured.SetNestedSlice(obj, failurePolicy(spec.PermanentExitCodes), "spec", "podFailurePolicy", "rules")
 	}
 	return u, nil
+}
+
+// stringMap reads a map of strings (labels, annotations), empty when absent;
+// a value that is not a string is an error naming the field, not a silent
+// loss of the whole map.
+func stringMap(obj map[string]any, source string, fields ...string) (map[string]string, error) {
+	raw, ok, _ := unstructured.NestedFieldNoCopy(obj, fields...)
+	if !ok || raw == nil {
+		return map[string]string{}, nil
+	}
+	m, isMap := raw.(map[string]any)
+	if !isMap {
+		return nil, fmt.Errorf("%s: %s: not a map", source, strings.Join(fields, "."))
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		str, isStr := v.(string)
+		if !isStr {
+			return nil, fmt.Errorf("%s: %s.%s: %v is not a string (quote it)", source, strings.Join(fields, "."), k, v)
+		}
+		out[k] = str
+	}
+	return out, nil
 }
 
 // failurePolicy: a pod disrupted (evicted, preempted, its node drained) is

@@ -25,7 +25,11 @@ type ServerConfig struct {
 	Address string
 	// Socket is the Unix socket of the exec-probe client; "" for none.
 	Socket string
-	Health *Health
+	// Health answers the probes; Current, when set, is asked for the
+	// Health at each request instead (the agent's own, before the service
+	// starts, then the service's).
+	Health  *Health
+	Current func() *Health
 	// Gatherer is served on /metrics; nil serves no metrics.
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
@@ -45,8 +49,12 @@ type Server struct {
 
 // NewServer builds the handler; nothing listens until Serve.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	if cfg.Health == nil {
-		return nil, errors.New("probes: server without health")
+	if cfg.Current == nil {
+		if cfg.Health == nil {
+			return nil, errors.New("probes: server without health")
+		}
+		h := cfg.Health
+		cfg.Current = func() *Health { return h }
 	}
 	if cfg.Address == "" && cfg.Socket == "" {
 		return nil, errors.New("probes: server with neither an address nor a socket")
@@ -95,7 +103,7 @@ func (s *Server) probeHandler(p Probe, one bool) http.Handler {
 		if one {
 			only = r.PathValue("check")
 		}
-		rep, err := s.cfg.Health.Evaluate(p, exclude, only)
+		rep, err := s.cfg.Current().Evaluate(p, exclude, only)
 		h := w.Header()
 		h.Set("Cache-Control", "no-store")
 		h.Set("X-Content-Type-Options", "nosniff")

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"path"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -133,7 +134,7 @@ func (b *Bootstrap) WaitJobs() ([]discovery.Dependency, error) {
 func (c *Config) validateBootstrap() error {
 	b := &c.Bootstrap
 	if b.Mode == "" {
-		if b.Name != "" || b.Job != "" || b.Command != "" || len(b.Jobs) > 0 || len(b.Phases) > 0 {
+		if !reflect.DeepEqual(*b, Bootstrap{}) {
 			return fmt.Errorf("bootstrap.mode: empty (want create, wait or lease)")
 		}
 		return nil
@@ -186,8 +187,11 @@ func (c *Config) validateBootstrap() error {
 			return fmt.Errorf("bootstrap.jobs: only for wait mode (create mode names its Job itself)")
 		}
 	case BootstrapLease:
-		if b.Job != "" || len(b.Jobs) > 0 {
+		if b.Job != "" {
 			return fmt.Errorf("bootstrap.job: lease mode runs bootstrap.command in the pod, not a Job")
+		}
+		if len(b.Jobs) > 0 {
+			return fmt.Errorf("bootstrap.jobs: only for wait mode (lease mode runs bootstrap.command in the pod)")
 		}
 		if b.Command == "" && len(b.Phases) == 0 {
 			return fmt.Errorf("bootstrap.command: empty (lease mode runs it)")

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
@@ -445,4 +448,162 @@ func waitRun(t *testing.T, runs string, n int) (pod string, pid int) {
 		return err == nil
 	})
 	return pod, pid
+}
+
+// An upgrade with online schema migrations, against the real deployment
+// controller: the new version's pods wait (not ready, saying why) for the
+// expand and migrate Jobs while the old version's pods keep serving; the
+// contract Job is created only once the rollout has finished, by one of
+// the new pods, and every phase is recorded once.
+func TestBootstrapUpgradePhases(t *testing.T) {
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "create")
+	kube := s.env.Kubelet()
+	deps := client().AppsV1().Deployments(ns)
+	labels := map[string]string{"app": "keystone-api"}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "keystone-api"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "keystone", Image: "kolla/keystone:v1"}}},
+			},
+		},
+	}
+	if _, err := deps.Create(ctxT(t), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The old version: two pods that the stand-in reports ready.
+	ready := map[string]bool{}
+	podsOf := func(image string) []corev1.Pod {
+		l, err := client().CoreV1().Pods(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: "app=keystone-api"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []corev1.Pod
+		for _, p := range l.Items {
+			if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == image {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	setReadyPod := func(name string) {
+		t.Helper()
+		if err := kube.SetPodRunning(ctxT(t), ns, name, fmt.Sprintf("10.0.0.%d", len(ready)+1), true); err != nil {
+			t.Fatal(err)
+		}
+		ready[name] = true
+	}
+	eventually(t, "two v1 pods", func() bool { return len(podsOf("kolla/keystone:v1")) == 2 })
+	for _, p := range podsOf("kolla/keystone:v1") {
+		setReadyPod(p.Name)
+	}
+	rolledOut := func() bool {
+		d, err := deps.Get(ctxT(t), "keystone-api", metav1.GetOptions{})
+		return err == nil && d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == 2 && d.Status.Replicas == 2 && d.Status.AvailableReplicas == 2
+	}
+	eventually(t, "the v1 rollout", rolledOut)
+
+	// The upgrade.
+	cur, err := deps.Get(ctxT(t), "keystone-api", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Spec.Template.Spec.Containers[0].Image = "kolla/keystone:v2"
+	if _, err := deps.Update(ctxT(t), cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	section := `  mode: create
+  name: keystone-db-sync
+  version: "2026.1"
+  command: keystone-manage db_sync
+  phases:
+    - {name: expand, command: keystone-manage db_sync --expand}
+    - {name: migrate, command: keystone-manage db_sync --migrate}
+    - {name: contract, command: keystone-manage db_sync --contract}
+  timeout: 2m
+`
+	cfgFor := func(port int) string {
+		c := bootstrapFiles(t, ns, section, "")
+		b, _ := os.ReadFile(c)
+		b = append(b, fmt.Sprintf("probes:\n  address: 127.0.0.1:%d\n  socket: off\n  checks:\n    - {name: service, process: {}, probes: [readiness], period: 200ms, timeout: 100ms}\n", port)...)
+		if err := os.WriteFile(c, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	startNew := func(pod string) (*agentProc, string) {
+		port := freePort(t)
+		a := startAgent(t, withEnv(env, "POD_NAME="+pod), "--config", cfgFor(port), "run", "--", "sleep", "3600")
+		return a, fmt.Sprintf("http://127.0.0.1:%d", port)
+	}
+	phaseJob := func(phase string) []string {
+		l, err := client().BatchV1().Jobs(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: bootstrap.LabelPhase + "=" + phase})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, j := range l.Items {
+			names = append(names, j.Name)
+		}
+		return names
+	}
+	eventually(t, "the surge pod of v2", func() bool { return len(podsOf("kolla/keystone:v2")) == 1 })
+	p1 := podsOf("kolla/keystone:v2")[0].Name
+	a1, url1 := startNew(p1)
+	for _, phase := range []string{"expand", "migrate"} {
+		eventually(t, "the "+phase+" job", func() bool { return len(phaseJob(phase)) == 1 })
+		job := phaseJob(phase)[0]
+		body := waitStatus(t, url1+"/readyz?verbose", 503, 30*time.Second)
+		if !strings.Contains(body, phase) || !strings.Contains(body, "bootstrap") {
+			t.Errorf("readiness of the waiting new pod does not say it waits for %s:\n%s", phase, body)
+		}
+		if old := podsOf("kolla/keystone:v1"); len(old) != 2 {
+			t.Errorf("v1 pods %d while the new version waits for %s, want both serving", len(old), phase)
+		}
+		if _, err := kube.CompleteJobPod(ctxT(t), ns, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitStatus(t, url1+"/readyz", 200, 30*time.Second)
+	setReadyPod(p1)
+	// The controller replaces one old pod: the rollout is not finished.
+	eventually(t, "the second v2 pod", func() bool { return len(podsOf("kolla/keystone:v2")) == 2 })
+	if c := phaseJob("contract"); len(c) != 0 {
+		t.Fatalf("contract job %v created while a v1 pod remains", c)
+	}
+	var p2 string
+	for _, p := range podsOf("kolla/keystone:v2") {
+		if p.Name != p1 {
+			p2 = p.Name
+		}
+	}
+	a2, url2 := startNew(p2)
+	a2.waitLog("recorded in configmap keystone-db-sync-bootstrap")
+	waitStatus(t, url2+"/readyz", 200, 30*time.Second)
+	if c := phaseJob("contract"); len(c) != 0 {
+		t.Fatalf("contract job %v created before the last new pod was ready", c)
+	}
+	setReadyPod(p2)
+	eventually(t, "the v2 rollout", rolledOut)
+	eventually(t, "the contract job", func() bool { return len(phaseJob("contract")) == 1 })
+	if _, err := kube.CompleteJobPod(ctxT(t), ns, phaseJob("contract")[0]); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the contract phase recorded", func() bool {
+		cm, err := client().CoreV1().ConfigMaps(ns).Get(ctxT(t), bootstrap.RecordName("keystone-db-sync"), metav1.GetOptions{})
+		return err == nil && len(cm.Data) == 3
+	})
+	time.Sleep(500 * time.Millisecond) // a second contract job would show now
+	if c := phaseJob("contract"); len(c) != 1 {
+		t.Errorf("contract jobs %v, want one", c)
+	}
+	a1.running()
+	a2.running()
 }

@@ -1,0 +1,186 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kolla-agent/kolla-agent/discovery"
+)
+
+// ErrSuperseded: a newer revision of the owner is rolling out, so this
+// pod's version will not be the one every replica runs: its later phases
+// are the newer pods' to run.
+var ErrSuperseded = errors.New("a newer revision is rolling out")
+
+// Owner is the workload whose rollout gates the later phases (contract).
+type Owner struct {
+	Kind string // "deployment" or "statefulset"
+	Name string
+}
+
+// revisionAnnotation is the Deployment controller's revision number, on
+// the Deployment and on each of its ReplicaSets.
+const revisionAnnotation = "deployment.kubernetes.io/revision"
+
+// ownerRef is what the rollout reads of a pod or a ReplicaSet.
+type ownerRef struct {
+	metav1.ObjectMeta `json:"metadata"`
+}
+
+func (o *ownerRef) controller() *metav1.OwnerReference {
+	for i, r := range o.OwnerReferences {
+		if r.Controller != nil && *r.Controller {
+			return &o.OwnerReferences[i]
+		}
+	}
+	return nil
+}
+
+// revision is the pod's place in its owner's history: the Deployment's
+// revision number of its ReplicaSet, or the StatefulSet's revision hash.
+type revision struct {
+	owner Owner
+	value string
+}
+
+// ownRevision finds the pod's owner (unless given) and its revision, with
+// one GET of the pod and, for a Deployment, one of its ReplicaSet.
+func (c *Coordinator) ownRevision(ctx context.Context, pod string, given Owner) (revision, error) {
+	var p ownerRef
+	if err := c.get(ctx, podsGVR, pod, &p); err != nil {
+		return revision{}, fmt.Errorf("own pod %s: %w", pod, err)
+	}
+	ref := p.controller()
+	switch {
+	case ref != nil && ref.Kind == "ReplicaSet":
+		var rs ownerRef
+		if err := c.get(ctx, replicaSetsGVR, ref.Name, &rs); err != nil {
+			return revision{}, fmt.Errorf("replicaset %s of pod %s: %w", ref.Name, pod, err)
+		}
+		d := rs.controller()
+		if d == nil || d.Kind != "Deployment" {
+			return revision{}, fmt.Errorf("replicaset %s of pod %s has no Deployment", ref.Name, pod)
+		}
+		owner := Owner{Kind: "deployment", Name: d.Name}
+		if given.Name != "" && given != owner {
+			return revision{}, fmt.Errorf("bootstrap.owner is %s/%s but pod %s belongs to deployment %s", given.Kind, given.Name, pod, d.Name)
+		}
+		return revision{owner: owner, value: rs.Annotations[revisionAnnotation]}, nil
+	case ref != nil && ref.Kind == "StatefulSet":
+		owner := Owner{Kind: "statefulset", Name: ref.Name}
+		if given.Name != "" && given != owner {
+			return revision{}, fmt.Errorf("bootstrap.owner is %s/%s but pod %s belongs to statefulset %s", given.Kind, given.Name, pod, ref.Name)
+		}
+		return revision{owner: owner, value: p.Labels["controller-revision-hash"]}, nil
+	}
+	return revision{}, fmt.Errorf("pod %s is owned by no Deployment or StatefulSet: phases after the rollout need one", pod)
+}
+
+func (c *Coordinator) get(ctx context.Context, gvr schema.GroupVersionResource, name string, into any) error {
+	u, err := c.cfg.Kube.Resource(gvr, c.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
+}
+
+// workload is what the rollout reads of a Deployment or a StatefulSet.
+type workload struct {
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Replicas *int32 `json:"replicas,omitempty"`
+	} `json:"spec"`
+	Status struct {
+		ObservedGeneration int64  `json:"observedGeneration,omitempty"`
+		Replicas           int32  `json:"replicas,omitempty"`
+		UpdatedReplicas    int32  `json:"updatedReplicas,omitempty"`
+		AvailableReplicas  int32  `json:"availableReplicas,omitempty"`
+		CurrentRevision    string `json:"currentRevision,omitempty"`
+		UpdateRevision     string `json:"updateRevision,omitempty"`
+	} `json:"status"`
+}
+
+// rolledOut says whether every replica of w runs revision r and is
+// available, and if not, what is missing. superseded: w has moved on to a
+// newer revision.
+func rolledOut(w *workload, r revision) (done, superseded bool, why string) {
+	want := int32(1)
+	if w.Spec.Replicas != nil {
+		want = *w.Spec.Replicas
+	}
+	st := w.Status
+	current := w.Annotations[revisionAnnotation]
+	if r.owner.Kind == "statefulset" {
+		current = st.UpdateRevision
+	}
+	switch {
+	case w.Generation > st.ObservedGeneration:
+		return false, false, fmt.Sprintf("%s %s: the controller has not seen generation %d yet", r.owner.Kind, w.Name, w.Generation)
+	case current != r.value:
+		return false, true, fmt.Sprintf("%s %s is at revision %s, this pod at %s", r.owner.Kind, w.Name, current, r.value)
+	case r.owner.Kind == "statefulset" && st.CurrentRevision != st.UpdateRevision:
+		return false, false, fmt.Sprintf("statefulset %s: revision %s still has pods", w.Name, st.CurrentRevision)
+	case st.UpdatedReplicas != want || st.Replicas != want || st.AvailableReplicas != want:
+		// status.replicas counts the old ReplicaSets' pods too: equal to
+		// updatedReplicas means none is left.
+		return false, false, fmt.Sprintf("%s %s: %d of %d replicas updated, %d available, %d in all", r.owner.Kind, w.Name, st.UpdatedReplicas, want, st.AvailableReplicas, st.Replicas)
+	}
+	return true, false, ""
+}
+
+// WaitRollout waits, watching the owner (one narrowed list+watch), until
+// every replica runs this pod's revision and is available: the
+// observedGeneration is current, updatedReplicas == replicas ==
+// availableReplicas == spec.replicas (so no old ReplicaSet has pods), and
+// for a StatefulSet currentRevision == updateRevision. It returns
+// ErrSuperseded when the owner has moved past this pod's revision.
+func (c *Coordinator) WaitRollout(ctx context.Context, s Step, pod string, given Owner) error {
+	r, err := c.ownRevision(ctx, pod, given)
+	if err != nil {
+		return err
+	}
+	gvr := deploymentsGVR
+	if r.owner.Kind == "statefulset" {
+		gvr = statefulSetGVR
+	}
+	what := r.owner.Kind + " " + r.owner.Name
+	sets := c.cfg.Kube.Observe(ctx, gvr, c.cfg.Namespace, discovery.Selector{Name: r.owner.Name}, func(op string, err error) {
+		c.report(s, Waiting, "", "API %s of %s: %v", op, what, err)
+	})
+	last := ""
+	for {
+		var set []*unstructured.Unstructured
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case set = <-sets:
+		}
+		if len(set) == 0 {
+			last = what + " does not exist"
+			c.report(s, Waiting, "", "%s", last)
+			continue
+		}
+		var w workload
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(set[0].Object, &w); err != nil {
+			continue
+		}
+		done, superseded, why := rolledOut(&w, r)
+		switch {
+		case done:
+			c.log.Info("rollout complete: running the phases that wait for it", "owner", what, "revision", r.value)
+			return nil
+		case superseded:
+			return fmt.Errorf("%w: %s", ErrSuperseded, why)
+		}
+		if why != last {
+			last = why
+			c.report(s, Waiting, "", "waiting for the rollout: %s", why)
+		}
+	}
+}
