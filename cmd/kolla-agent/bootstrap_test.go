@@ -593,6 +593,12 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 	setReadyPod(p2)
 	eventually(t, "the v2 rollout", rolledOut)
 	eventually(t, "the contract job", func() bool { return len(phaseJob("contract")) == 1 })
+	if !strings.Contains(a1.out.String(), "waiting for the rollout: deployment keystone-api") {
+		t.Errorf("the first new pod did not say it waited for the rollout:\n%s", a1.out.String())
+	}
+	if logs := a1.out.String() + a2.out.String(); !strings.Contains(logs, "rollout complete") {
+		t.Errorf("no new pod saw the rollout complete:\n%s", logs)
+	}
 	if _, err := kube.CompleteJobPod(ctxT(t), ns, phaseJob("contract")[0]); err != nil {
 		t.Fatal(err)
 	}
