@@ -541,3 +541,37 @@ func TestPrune(t *testing.T) {
 		t.Errorf("unreadable entry kept or a good one dropped: %d entries", len(data))
 	}
 }
+
+// FuzzJob: any template either is refused with an error or becomes a Job
+// whose name is a DNS label of at most 63 characters, carrying the
+// bootstrap's labels; its version never fails where the Job was built.
+func FuzzJob(f *testing.F) {
+	f.Add("apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {containers: [{name: c, image: i}]}}}\n", "expand", "2026.1", 2)
+	f.Add("apiVersion: batch/v1\nkind: Job\nmetadata: {labels: {a: b}, annotations: {x: y}}\nspec: {backoffLimit: 1, template: {metadata: {labels: {p: q}}, spec: {restartPolicy: OnFailure, containers: [{name: c}]}}}\n", "", "0123456789", 0)
+	f.Add("kind: Job\n", "contract", "", 1)
+	f.Fuzz(func(t *testing.T, manifest, phase, version string, attempt int) {
+		if attempt < 0 || attempt > 10 {
+			return
+		}
+		c := &Coordinator{cfg: Config{Name: "keystone-db-sync", Namespace: "ns", PodName: "p"}}
+		s := Step{Phase: phase, Version: version}
+		u, err := c.job(JobSpec{Manifest: []byte(manifest), Source: "t.yaml", PermanentExitCodes: []int32{3}}, s, attempt)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "t.yaml: ") {
+				t.Fatalf("error without the template's name: %v", err)
+			}
+			return
+		}
+		if phase == "" || dnsLabelRe.MatchString(phase) && len(phase) <= 20 {
+			if n := u.GetName(); len(n) > 63 || !dnsLabelRe.MatchString(n) {
+				t.Fatalf("job name %q is not a DNS label of at most 63", n)
+			}
+		}
+		if u.GetLabels()[LabelName] != "keystone-db-sync" {
+			t.Fatalf("labels %v", u.GetLabels())
+		}
+		if _, err := Version([]byte(manifest), nil); err != nil {
+			t.Fatalf("a template that built a Job has no version: %v", err)
+		}
+	})
+}

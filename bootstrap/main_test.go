@@ -1,6 +1,8 @@
 package bootstrap
 
 import (
+	"flag"
+	"os"
 	"testing"
 
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
@@ -8,4 +10,15 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) { testenv.Main(m, func(e *testenv.Env) { env = e }) }
+// TestMain starts one control plane for the package's API tests, but not
+// for fuzzing: the fuzz targets are pure, and every fuzz worker process
+// runs TestMain too.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	for _, name := range []string{"test.fuzz", "test.fuzzworker"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" && f.Value.String() != "false" {
+			os.Exit(m.Run())
+		}
+	}
+	testenv.Main(m, func(e *testenv.Env) { env = e })
+}

@@ -613,3 +613,95 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 	a1.running()
 	a2.running()
 }
+
+// A replica that waits for another's Job makes its few requests once (a
+// GET of the record, a create answered 409, a list and a watch of the
+// step's Jobs) and then nothing until the Job completes: no polling.
+func TestBootstrapWaitingPodAPIRequests(t *testing.T) {
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "create")
+	cfg := bootstrapFiles(t, ns, "  mode: create\n  name: cinder-db-sync\n  command: cinder-manage db sync\n  timeout: 2m\n", "")
+	first := startAgent(t, withEnv(env, "POD_NAME=cinder-api-0"), "--config", cfg, "init")
+	name := waitJobs(t, ns, "cinder-db-sync", 1)[0]
+	first.waitLog("waiting for job " + name)
+	since := time.Now()
+	second := startAgent(t, withEnv(env, "POD_NAME=cinder-api-1"), "--config", cfg, "init")
+	second.waitLog("waiting for job " + name)
+	count := func() []testenv.AuditRequest {
+		reqs, err := s.env.Requests(testenv.AgentUser(ns), since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mine []testenv.AuditRequest
+		for _, r := range reqs {
+			if r.ID != "" && !strings.Contains(r.RequestURI, "/events") {
+				mine = append(mine, r)
+			}
+		}
+		return mine
+	}
+	// Both replicas are waiting; their requests since the second started
+	// are the second's, as the first only watches.
+	var settled []testenv.AuditRequest
+	eventually(t, "the second replica's requests in the audit log", func() bool {
+		settled = count()
+		return len(settled) >= 4
+	})
+	time.Sleep(3 * time.Second) // a poller would show here
+	if now := count(); len(now) != len(settled) {
+		t.Errorf("requests went from %d to %d while waiting:\n%v", len(settled), len(now), now[len(settled):])
+	}
+	kinds := map[string]int{}
+	for _, r := range settled {
+		res := "jobs"
+		if strings.Contains(r.RequestURI, "/configmaps") {
+			res = "configmaps"
+		}
+		kinds[r.Verb+" "+res]++
+	}
+	if kinds["get configmaps"] != 1 || kinds["create jobs"] != 1 || kinds["watch jobs"] < 1 || kinds["get jobs"] != 0 {
+		t.Errorf("a waiting replica's requests %v, want one record GET, one create, then list+watch", kinds)
+	}
+	t.Logf("a waiting replica's API requests: %v", kinds)
+	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, name); err != nil {
+		t.Fatal(err)
+	}
+	first.wantExit(0)
+	second.wantExit(0)
+}
+
+// The API server SIGKILLed while replicas start and create the Job: they
+// report the outage, keep trying, and once it is back exactly one Job is
+// created and all proceed when it completes. Nothing panics.
+func TestBootstrapSurvivesAPIServerKill(t *testing.T) {
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "create")
+	cfg := bootstrapFiles(t, ns, "  mode: create\n  name: heat-db-sync\n  command: heat-manage db_sync\n  timeout: 2m\n", "")
+	if err := s.env.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	var agents []*agentProc
+	for i := range 3 {
+		agents = append(agents, startAgent(t, withEnv(env, fmt.Sprintf("POD_NAME=heat-api-%d", i)), "--config", cfg, "init"))
+	}
+	for _, a := range agents {
+		a.waitLog("cannot create job heat-db-sync-")
+		a.running()
+	}
+	if err := s.env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	name := waitJobs(t, ns, "heat-db-sync", 1)[0]
+	for _, a := range agents {
+		a.waitLog("waiting for job " + name)
+	}
+	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, name); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents {
+		a.wantExit(0)
+	}
+	if jobs := bootstrapJobs(t, ns, "heat-db-sync"); len(jobs) != 1 {
+		t.Errorf("jobs %v, want one", jobs)
+	}
+}
