@@ -1,13 +1,17 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"k8s.io/client-go/rest"
 
+	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/discovery"
 	"github.com/kolla-agent/kolla-agent/probes"
 )
@@ -35,6 +39,19 @@ func TestMetricNamesLintedAndDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.metrics.dutyFailures.WithLabelValues("probe-server").Add(0)
+	// The bootstrap's: a wait-mode step against an API that is not there
+	// reports waiting, then failed.
+	kube, err := discovery.NewKube(&rest.Config{Host: "http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord, err := bootstrap.New(bootstrap.Config{Kube: kube, Namespace: "ns", Name: "keystone-db-sync", Registerer: a.registry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := coord.Wait(context.Background(), bootstrap.Step{Version: "0123456789"}, "job x", func(context.Context) error { return errors.New("no") }); err == nil {
+		t.Fatal("a failing wait succeeded")
+	}
 	mfs, err := a.registry.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -131,7 +131,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Coordinator{cfg: cfg, log: cfg.Logger, metrics: newMetrics(cfg.Registerer)}, nil
+	m := newMetrics(cfg.Registerer)
+	m.created.WithLabelValues(cfg.Name) // 0 until this replica creates one
+	return &Coordinator{cfg: cfg, log: cfg.Logger, metrics: m}, nil
 }
 
 func (c *Coordinator) report(s Step, st State, event, format string, args ...any) {

@@ -572,6 +572,9 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 		}
 	}
 	waitStatus(t, url1+"/readyz", 200, 30*time.Second)
+	if _, m := get(url1 + "/metrics"); !strings.Contains(m, `kolla_agent_bootstrap_state{name="keystone-db-sync",phase="migrate",state="done"} 1`) {
+		t.Errorf("metrics lack the migrate phase done:\n%s", m)
+	}
 	setReadyPod(p1)
 	// The controller replaces one old pod: the rollout is not finished.
 	eventually(t, "the second v2 pod", func() bool { return len(podsOf("kolla/keystone:v2")) == 2 })
@@ -704,4 +707,93 @@ func TestBootstrapSurvivesAPIServerKill(t *testing.T) {
 	if jobs := bootstrapJobs(t, ns, "heat-db-sync"); len(jobs) != 1 {
 		t.Errorf("jobs %v, want one", jobs)
 	}
+}
+
+// Wait mode: another tool creates the Jobs (a Helm hook). The agent waits
+// for them with the dependency machinery, records the success, and a pod
+// that starts after the Jobs were deleted proceeds from the record; with
+// podCondition the pod carries kolla.openstack.org/bootstrapped. A failed
+// Job ends the wait at once with exit 2.
+func TestBootstrapWaitMode(t *testing.T) {
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "wait")
+	mkJob(t, ns, "neutron-db-sync", nil)
+	mkJob(t, ns, "neutron-ks-user", map[string]string{"application": "neutron", "component": "ks-user"})
+	cfg := agentYAML(t, fmt.Sprintf(`namespace: %s
+bootstrap:
+  mode: wait
+  name: neutron-bootstrap
+  version: "2026.1"
+  jobs: [neutron-db-sync, "application=neutron,component=ks-user"]
+  podCondition: true
+  timeout: 2m
+`, ns))
+	mkPod(t, ns, "neutron-server-0", map[string]string{"app": "neutron"}, "neutron-server")
+	a := startAgent(t, withEnv(env, "POD_NAME=neutron-server-0"), "--config", cfg, "init")
+	a.waitLog("waiting for neutron-db-sync")
+	for _, j := range []string{"neutron-db-sync", "neutron-ks-user"} {
+		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.wantExit(0)
+	pod, err := client().CoreV1().Pods(ns).Get(ctxT(t), "neutron-server-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, c := range pod.Status.Conditions {
+		if c.Type == bootstrap.ConditionBootstrapped && c.Status == corev1.ConditionTrue {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("pod conditions %+v lack %s=True", pod.Status.Conditions, bootstrap.ConditionBootstrapped)
+	}
+	for _, j := range []string{"neutron-db-sync", "neutron-ks-user"} {
+		if err := client().BatchV1().Jobs(ns).Delete(ctxT(t), j, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := startAgent(t, withEnv(env, "POD_NAME=neutron-server-1"), "--config", cfg, "init")
+	b.wantExit(0)
+	if !strings.Contains(b.out.String(), "recorded in configmap neutron-bootstrap-bootstrap") {
+		t.Errorf("the later pod did not proceed from the record:\n%s", b.out.String())
+	}
+
+	// A new version whose Job fails.
+	cfg2 := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  mode: wait\n  name: neutron-bootstrap\n  version: \"2026.2\"\n  jobs: [neutron-db-sync-2]\n  timeout: 2m\n", ns))
+	mkJob(t, ns, "neutron-db-sync-2", nil)
+	c := startAgent(t, withEnv(env, "POD_NAME=neutron-server-2"), "--config", cfg2, "init")
+	c.waitLog("waiting for neutron-db-sync-2")
+	if _, err := s.env.Kubelet().FailJobPod(ctxT(t), ns, "neutron-db-sync-2", 1); err != nil {
+		t.Fatal(err)
+	}
+	c.wantExit(2)
+	if rec := recordEntries(t, ns, "neutron-bootstrap"); len(rec) != 1 {
+		t.Errorf("record %v: the failed version must not be recorded", rec)
+	}
+}
+
+// `kolla-agent bootstrap -- CMD`, the Job's container: the output passes
+// through, the exit code is the command's, and on failure the termination
+// message says why with the last lines of output.
+func TestBootstrapCommand(t *testing.T) {
+	term := filepath.Join(t.TempDir(), "termination-log")
+	a := startAgent(t, plainEnv(), "--termination-log", term, "bootstrap", "--", "bash", "-c", "echo migrating; echo 'sqlite3.OperationalError: database is locked' >&2; exit 3")
+	a.wantExit(3)
+	if out := a.out.String(); !strings.Contains(out, "migrating") || !strings.Contains(out, "database is locked") {
+		t.Errorf("the command's output did not pass through:\n%s", out)
+	}
+	msg, err := os.ReadFile(term)
+	if err != nil || !strings.Contains(string(msg), "exited with 3") || !strings.Contains(string(msg), "database is locked") {
+		t.Errorf("termination message %q (%v)", msg, err)
+	}
+	ok := startAgent(t, plainEnv(), "--termination-log", term+"2", "bootstrap", "--", "true")
+	ok.wantExit(0)
+	if _, err := os.Stat(term + "2"); err == nil {
+		t.Error("a successful command left a termination message")
+	}
+	missing := startAgent(t, plainEnv(), "bootstrap", "--", "/nonexistent/db-sync")
+	missing.wantExit(127)
 }
