@@ -293,11 +293,14 @@ func (a *Agent) bootstrapProgress(p *Plan, kube *discovery.Kube) func(bootstrap.
 			}
 			a.gate("bootstrap", reason)
 		}
-		// Failures are posted by reportFailure, with the final error.
-		if pr.Event != "" && pr.State != bootstrap.Failed && p.PodName != "" {
+		if pr.Event != "" && p.PodName != "" {
+			typ := "Normal"
+			if pr.State == bootstrap.Failed {
+				typ = "Warning"
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := postEvent(ctx, kube, p.Namespace, p.PodName, "Normal", pr.Event, pr.Step.String()+": "+pr.Detail); err != nil {
+			if err := postEvent(ctx, kube, p.Namespace, p.PodName, typ, pr.Event, pr.Step.String()+": "+pr.Detail); err != nil {
 				a.log.Debug("could not post an Event", "reason", pr.Event, "error", err.Error())
 			}
 		}

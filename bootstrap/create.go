@@ -34,8 +34,10 @@ func (c *Coordinator) CheckJob(spec JobSpec, s Step) error {
 // is the content hash: one succeeds, the others get AlreadyExists, and all
 // watch the step's Jobs (by label, one list+watch) until one completes. A
 // failed Job is replaced up to retries times (a suffix in the name: every
-// replica tries, one succeeds). A Job deleted before anyone recorded it is
-// created again. The first replica to see the success records it.
+// replica tries, one succeeds); past them the step has failed, and the
+// replica stays until ctx ends (the timeout), then returns ErrFailed. A Job
+// deleted before anyone recorded it, failed or not, is created again. The
+// first replica to see the success records it.
 func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries int) error {
 	if done, err := c.fromRecord(ctx, s); done || err != nil {
 		return err
@@ -46,10 +48,14 @@ func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries 
 	jobs := c.cfg.Kube.Observe(ctx, jobsGVR, c.cfg.Namespace, discovery.Selector{Labels: c.labels(s)}, c.apiTrouble(s))
 	last := "no job seen yet"
 	highest := 0 // the newest attempt seen: recreated if every Job goes
+	failed := "" // the step failed past its retries: why
 	for {
 		var set []*unstructured.Unstructured
 		select {
 		case <-ctx.Done():
+			if failed != "" {
+				return fmt.Errorf("%w: %s", ErrFailed, failed)
+			}
 			return timedOut(ctx, s, last)
 		case set = <-jobs:
 		}
@@ -70,11 +76,13 @@ func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries 
 			return nil
 		case v.latest == nil:
 			// No Job: never created (our create raced a deletion) or
-			// deleted, e.g. by its TTL. Another replica may have recorded
-			// the success before it went.
+			// deleted: by its TTL, or by an operator who fixed what
+			// failed. Another replica may have recorded the success
+			// before it went.
 			if done, err := c.fromRecord(ctx, s); done || err != nil {
 				return err
 			}
+			failed = ""
 			last = "job " + JobName(c.cfg.Name, s, highest) + " is gone and no success is recorded: creating it again"
 			c.report(s, Waiting, "", "%s", last)
 			if err := c.createJob(ctx, spec, s, highest); err != nil {
@@ -83,8 +91,14 @@ func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries 
 		case v.failed != "":
 			j := v.latest
 			if attempt(j) >= retries {
-				c.report(s, Failed, "BootstrapFailed", "%s", v.failed)
-				return fmt.Errorf("%w: %s", ErrFailed, v.failed)
+				// Stay, not ready and saying why, until the timeout: a
+				// crash loop would only run the same failure again, and
+				// an operator who deletes the failed Job gets a new one.
+				if failed != v.failed {
+					failed = v.failed
+					c.report(s, Failed, "BootstrapJobFailed", "%s (delete the job to run it again)", v.failed)
+				}
+				continue
 			}
 			next := attempt(j) + 1
 			last = fmt.Sprintf("%s; retrying as %s (retry %d of %d)", v.failed, JobName(c.cfg.Name, s, next), next, retries)
@@ -93,6 +107,7 @@ func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries 
 				return err
 			}
 		default:
+			failed = ""
 			last = v.waiting
 			c.report(s, Waiting, "", "%s", last)
 		}

@@ -19,7 +19,12 @@ func (c *Coordinator) Wait(ctx context.Context, s Step, what string, wait func(c
 	}
 	c.report(s, Waiting, "", "waiting for %s", what)
 	if err := wait(ctx); err != nil {
-		c.report(s, Failed, "BootstrapFailed", "%s: %v", what, err)
+		if ctx.Err() == nil {
+			// Failed before the timeout: stay, not ready and saying why,
+			// until it (a crash loop would show the same failure again).
+			c.report(s, Failed, "BootstrapJobFailed", "%s: %v", what, err)
+			<-ctx.Done()
+		}
 		return err
 	}
 	if _, mine, err := c.record(ctx, s, Entry{Job: what}); err != nil {
@@ -45,8 +50,8 @@ var errLost = errors.New("lost the lease")
 // another replica takes it and runs the command again (bootstrap commands
 // are idempotent). A Lease is not a fence, so the success is recorded with a
 // resourceVersion precondition: exactly one entry, whoever finishes. A
-// command that fails ends this replica's part with ErrFailed after handing
-// the Lease on.
+// command that fails hands the Lease on; this replica then waits for
+// another's success until ctx ends, and returns ErrFailed.
 func (c *Coordinator) Lease(ctx context.Context, s Step, o LeaseOptions, run func(context.Context) (int, error)) error {
 	if done, err := c.fromRecord(ctx, s); done || err != nil {
 		return err
@@ -111,6 +116,18 @@ func (c *Coordinator) Lease(ctx context.Context, s Step, o LeaseOptions, run fun
 		err := c.holding(ctx, a.held, s, run)
 		a.release()
 		acancel()
+		if errors.Is(err, ErrFailed) {
+			// The Lease goes to the next replica, which runs the command
+			// again; this one stays, not ready and saying why, until the
+			// timeout or until another's success is recorded.
+			select {
+			case e := <-recorded:
+				c.report(s, Done, "", "recorded in configmap %s: done by pod %s at %s", RecordName(c.cfg.Name), e.Holder, e.Finished)
+				return nil
+			case <-ctx.Done():
+				return err
+			}
+		}
 		if !errors.Is(err, errLost) {
 			return err
 		}
@@ -133,10 +150,10 @@ func (c *Coordinator) holding(ctx, held context.Context, s Step, run func(contex
 	case held.Err() != nil:
 		return errLost
 	case err != nil:
-		c.report(s, Failed, "BootstrapFailed", "the command did not start: %v", err)
+		c.report(s, Failed, "BootstrapCommandFailed", "the command did not start: %v", err)
 		return fmt.Errorf("%w: %s: %v", ErrFailed, s, err)
 	case code != 0:
-		c.report(s, Failed, "BootstrapFailed", "the command exited with %d", code)
+		c.report(s, Failed, "BootstrapCommandFailed", "the command exited with %d; the lease goes to another replica", code)
 		return fmt.Errorf("%w: %s: the command exited with %d", ErrFailed, s, code)
 	}
 	// Recorded under ctx, not held: a success is recorded even if the Lease

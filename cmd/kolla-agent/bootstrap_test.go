@@ -188,21 +188,30 @@ func TestBootstrapCreateOnce(t *testing.T) {
 
 // A failed Job: the podFailurePolicy fails it at once on a permanent exit
 // code; it is retried once under a new name; when that fails too, every
-// waiting replica says why in the termination message, posts an Event and
-// exits 2.
+// waiting replica says why (readiness, a Warning Event), stays until the
+// timeout (no crash loop re-running the failure), then exits 2 with the
+// reason in the termination message.
 func TestBootstrapFailedJob(t *testing.T) {
 	ns := namespace(t)
 	env := bootstrapEnv(t, ns, "create")
-	cfg := bootstrapFiles(t, ns, "  mode: create\n  name: glance-db-sync\n  command: glance-manage db_sync\n  retries: 1\n  permanentExitCodes: [3]\n  timeout: 2m\n", "")
+	const timeout = 20 * time.Second
+	cfg := bootstrapFiles(t, ns, fmt.Sprintf("  mode: create\n  name: glance-db-sync\n  command: glance-manage db_sync\n  retries: 1\n  permanentExitCodes: [3]\n  timeout: %s\n", timeout), "")
+	port := freePort(t)
+	runCfg := agentYAML(t, fmt.Sprintf("%s\nprobes:\n  address: 127.0.0.1:%d\n  socket: off\n  checks:\n    - {name: service, process: {}}\n", mustRead(t, cfg), port))
 	var agents []*agentProc
 	var logs []string
 	for i := range 3 {
 		pod := fmt.Sprintf("glance-api-%d", i)
 		mkPod(t, ns, pod, map[string]string{"app": "glance"}, "glance-api")
 		logs = append(logs, filepath.Join(t.TempDir(), "termination-log"))
-		agents = append(agents, startAgent(t, append(env, "POD_NAME="+pod), "--config", cfg, "--termination-log", logs[i], "init"))
+		args := []string{"--config", cfg, "--termination-log", logs[i], "init"}
+		if i == 0 { // one replica as the service's entrypoint, with probes
+			args = []string{"--config", runCfg, "--termination-log", logs[i], "run", "--", "sleep", "3600"}
+		}
+		agents = append(agents, startAgent(t, withEnv(env, "POD_NAME="+pod), args...))
 	}
 	first := waitJobs(t, ns, "glance-db-sync", 1)[0]
+	started := time.Now()
 	j, err := client().BatchV1().Jobs(ns).Get(ctxT(t), first, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -222,6 +231,21 @@ func TestBootstrapFailedJob(t *testing.T) {
 	if _, _, err := s.env.Kubelet().RunJobPod(ctxT(t), ns, retry, func(context.Context, *corev1.Pod) int32 { return 3 }); err != nil {
 		t.Fatal(err)
 	}
+	body := waitStatus(t, fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", port), 503, 30*time.Second)
+	for !strings.Contains(body, "job "+retry+" failed: PodFailurePolicy") {
+		if time.Since(started) > timeout {
+			t.Fatalf("readiness never gave the failure:\n%s", body)
+		}
+		time.Sleep(50 * time.Millisecond)
+		_, body = get(fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", port))
+	}
+	eventually(t, "BootstrapJobFailed events on the pods", func() bool {
+		evs, err := client().CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{FieldSelector: "reason=BootstrapJobFailed"})
+		return err == nil && len(evs.Items) == len(agents)
+	})
+	for _, a := range agents {
+		a.running() // no crash loop: they stay until the timeout
+	}
 	for i, a := range agents {
 		a.wantExit(2)
 		msg, err := os.ReadFile(logs[i])
@@ -229,13 +253,49 @@ func TestBootstrapFailedJob(t *testing.T) {
 			t.Errorf("termination message %q (%v), want the job's failure", msg, err)
 		}
 	}
-	eventually(t, "BootstrapFailed events on the pods", func() bool {
-		evs, err := client().CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{FieldSelector: "reason=BootstrapFailed"})
-		return err == nil && len(evs.Items) == len(agents)
-	})
+	evs, err := client().CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{FieldSelector: "reason=BootstrapFailed"})
+	if err != nil || len(evs.Items) != len(agents) {
+		t.Errorf("BootstrapFailed events at exit: %d (%v), want %d", len(evs.Items), err, len(agents))
+	}
 	if names := bootstrapJobs(t, ns, "glance-db-sync"); len(names) != 2 {
 		t.Errorf("jobs %v: a failed job past its retries must not be replaced", names)
 	}
+}
+
+// An operator fixes what made the Job fail and deletes it: the waiting
+// replicas create it again and proceed, without a restart.
+func TestBootstrapFailedJobDeletedRecovers(t *testing.T) {
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "create")
+	cfg := bootstrapFiles(t, ns, "  mode: create\n  name: placement-db-sync\n  command: placement-manage db sync\n  timeout: 2m\n", "backoffLimit: 0")
+	a := startAgent(t, withEnv(env, "POD_NAME=placement-api-0"), "--config", cfg, "init")
+	name := waitJobs(t, ns, "placement-db-sync", 1)[0]
+	if _, err := s.env.Kubelet().FailJobPod(ctxT(t), ns, name, 1); err != nil {
+		t.Fatal(err)
+	}
+	a.waitLog("delete the job to run it again")
+	bg := metav1.DeletePropagationBackground
+	if err := client().BatchV1().Jobs(ns).Delete(ctxT(t), name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil {
+		t.Fatal(err)
+	}
+	a.waitLog("creating it again")
+	eventually(t, "the job created again", func() bool {
+		j, err := client().BatchV1().Jobs(ns).Get(ctxT(t), name, metav1.GetOptions{})
+		return err == nil && j.DeletionTimestamp == nil && len(j.Status.Conditions) == 0
+	})
+	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, name); err != nil {
+		t.Fatal(err)
+	}
+	a.wantExit(0)
+}
+
+func mustRead(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // The Job deleted after success (ttlSecondsAfterFinished: 0, by the real
@@ -796,4 +856,31 @@ func TestBootstrapCommand(t *testing.T) {
 	}
 	missing := startAgent(t, plainEnv(), "bootstrap", "--", "/nonexistent/db-sync")
 	missing.wantExit(127)
+}
+
+// Lease mode, a command that fails once (a transient error): its holder
+// says so and hands the Lease on; the next replica runs it and succeeds;
+// the first proceeds from the record instead of crash-looping.
+func TestBootstrapLeaseCommandFailsOnce(t *testing.T) {
+	ns := namespace(t)
+	marker := filepath.Join(t.TempDir(), "failed-once")
+	command := fmt.Sprintf(`bash -c 'if [ -e %[1]s ]; then echo "$POD_NAME" >> %[1]s.ok; else echo "$POD_NAME" > %[1]s; exit 5; fi'`, marker)
+	cfg := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  mode: lease\n  name: barbican-bootstrap\n  command: %q\n  leaseDuration: 2s\n  timeout: 1m\n", ns, command))
+	env := bootstrapEnv(t, ns, "lease")
+	a := startAgent(t, withEnv(env, "POD_NAME=barbican-0"), "--config", cfg, "init")
+	b := startAgent(t, withEnv(env, "POD_NAME=barbican-1"), "--config", cfg, "init")
+	a.wantExit(0)
+	b.wantExit(0)
+	failedBy, _ := os.ReadFile(marker)
+	okBy, _ := os.ReadFile(marker + ".ok")
+	if len(failedBy) == 0 || len(okBy) == 0 || string(failedBy) == string(okBy) {
+		t.Fatalf("failed by %q, succeeded by %q: want two different replicas", failedBy, okBy)
+	}
+	loser := map[string]*agentProc{"barbican-0": a, "barbican-1": b}[strings.TrimSpace(string(failedBy))]
+	if out := loser.out.String(); !strings.Contains(out, "exited with 5") || !strings.Contains(out, "recorded in configmap barbican-bootstrap-bootstrap") {
+		t.Errorf("the replica whose command failed did not say so and then proceed from the record:\n%s", out)
+	}
+	if rec := recordEntries(t, ns, "barbican-bootstrap"); len(rec) != 1 {
+		t.Errorf("record %v, want one entry", rec)
+	}
 }
