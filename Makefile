@@ -16,6 +16,7 @@ export KOLLA_AGENT_CACHE ?= $(HOME)/.cache/kolla-agent
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kolla-agent
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)-probe ./cmd/kolla-agent-probe
 
 tools:
 	bash hack/install-tools.sh all >/dev/null

@@ -57,7 +57,7 @@ func (a *Agent) Bootstrap(ctx context.Context, p *Plan) error {
 // runs this version, whichever replica sees it first creates the step's Job
 // (the others get AlreadyExists and watch it). A recorded phase is skipped;
 // a newer rollout leaves the phase to the newer pods. A failure is
-// reported (log, Event, termination message) but never stops the service.
+// reported (log, Event) but never stops the service.
 func (a *Agent) afterRollout(ctx context.Context, p *Plan) {
 	r := a.boot
 	if r == nil {
@@ -81,8 +81,16 @@ func (a *Agent) afterRollout(ctx context.Context, p *Plan) {
 			a.log.Info("a newer revision is rolling out; its pods run the later phases", "step", s.String(), "why", err.Error())
 			return
 		case err != nil:
+			// Not the termination message: the container runs on, and a
+			// later exit would be blamed on this.
 			a.log.Error("bootstrap phase after the rollout failed; the service runs on", "step", s.String(), "error", err.Error())
-			a.reportFailure(p, r.kube, "BootstrapFailed", err)
+			if p.PodName != "" {
+				ectx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				if eerr := postEvent(ectx, r.kube, p.Namespace, p.PodName, "Warning", "BootstrapFailed", truncate(err.Error(), 1024)); eerr != nil {
+					a.log.Debug("could not post an Event", "error", eerr.Error())
+				}
+				cancel()
+			}
 			return
 		}
 	}
@@ -160,6 +168,15 @@ func (r *bootRun) resolveVersion(ctx context.Context) (string, error) {
 		}
 		inputs[path] = data
 	}
+	// The phases' commands count in every mode: a changed --expand is a new
+	// version. In lease and wait mode nothing else says what the pod runs,
+	// so its containers' images count too (one GET of the pod): a new image
+	// is a new version, where hashing the command alone would let the new
+	// pods pass against the old version's record.
+	parts := []string{r.cfg.Command}
+	for _, ph := range r.cfg.Phases {
+		parts = append(parts, ph.Name+"="+ph.Command)
+	}
 	var what []byte
 	switch r.cfg.Mode {
 	case config.BootstrapCreate:
@@ -167,15 +184,16 @@ func (r *bootRun) resolveVersion(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		what = m
-	case config.BootstrapLease:
-		parts := []string{r.cfg.Command}
-		for _, ph := range r.cfg.Phases {
-			parts = append(parts, ph.Name+"="+ph.Command)
+		what = append(m, strings.Join(parts, "\n")...)
+	case config.BootstrapLease, config.BootstrapWait:
+		if r.cfg.Mode == config.BootstrapWait {
+			parts = r.cfg.Jobs
 		}
-		what = []byte(strings.Join(parts, "\n"))
-	case config.BootstrapWait:
-		what = []byte(strings.Join(r.cfg.Jobs, "\n"))
+		images, err := r.coord.PodImages(ctx, r.pod)
+		if err != nil {
+			return "", configErr("%s: bootstrap: no version given, and the pod's images (which make the default version) cannot be read: %v; set bootstrap.version or POD_NAME", r.p.Source, err)
+		}
+		what = []byte(strings.Join(append(parts, images...), "\n"))
 	}
 	v, err := bootstrap.Version(what, inputs)
 	if err != nil {

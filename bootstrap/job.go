@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -198,8 +199,12 @@ func failurePolicy(permanent []int32) []any {
 		"onPodConditions": []any{map[string]any{"type": "DisruptionTarget"}},
 	}}
 	if len(permanent) > 0 {
-		values := make([]any, len(permanent))
-		for i, v := range permanent {
+		// The API wants the values sorted and unique.
+		codes := slices.Clone(permanent)
+		slices.Sort(codes)
+		codes = slices.Compact(codes)
+		values := make([]any, len(codes))
+		for i, v := range codes {
 			values[i] = int64(v)
 		}
 		rules = append(rules, map[string]any{

@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"name", "phase", "state"}),
 		waited: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kolla_agent_bootstrap_wait_seconds",
-			Help: "How long the agent has waited for each bootstrap step, or waited until it finished.",
+			Help: "How long the agent had waited for each bootstrap step at its last change of state (at the end: the whole wait).",
 		}, []string{"name", "phase"}),
 		created: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kolla_agent_bootstrap_jobs_created_total",

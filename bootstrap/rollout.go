@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -80,6 +81,29 @@ func (c *Coordinator) ownRevision(ctx context.Context, pod string, given Owner) 
 		return revision{owner: owner, value: p.Labels["controller-revision-hash"]}, nil
 	}
 	return revision{}, fmt.Errorf("pod %s is owned by no Deployment or StatefulSet: phases after the rollout need one", pod)
+}
+
+// PodImages returns the images of the pod's containers and init
+// containers, sorted: what the pod runs, for a default version.
+func (c *Coordinator) PodImages(ctx context.Context, pod string) ([]string, error) {
+	if pod == "" {
+		return nil, errors.New("no pod name")
+	}
+	var p struct {
+		Spec struct {
+			Containers     []struct{ Image string } `json:"containers"`
+			InitContainers []struct{ Image string } `json:"initContainers"`
+		} `json:"spec"`
+	}
+	if err := c.get(ctx, podsGVR, pod, &p); err != nil {
+		return nil, fmt.Errorf("pod %s: %w", pod, err)
+	}
+	var images []string
+	for _, ct := range append(p.Spec.Containers, p.Spec.InitContainers...) {
+		images = append(images, ct.Image)
+	}
+	sort.Strings(images)
+	return images, nil
 }
 
 func (c *Coordinator) get(ctx context.Context, gvr schema.GroupVersionResource, name string, into any) error {

@@ -42,7 +42,9 @@ type Bootstrap struct {
 	// template sees it as .Bootstrap.Command.
 	Command string `json:"command,omitempty"`
 	// Version names what is bootstrapped; default: a hash of the rendered
-	// Job and the inputs (create), of the command and the inputs (lease).
+	// Job, the phases' commands and the inputs (create); of the commands,
+	// the pod's images and the inputs (lease); of the Jobs' names, the
+	// pod's images and the inputs (wait).
 	Version string `json:"version,omitempty"`
 	Timeout string `json:"timeout,omitempty"` // default 10m
 
@@ -98,6 +100,17 @@ var (
 // maxBootstrapName keeps <name>-<phase>-<10 hex>-r<N> readable within a
 // Job's 63 characters; longer names are cut in the Job's name only.
 const maxBootstrapName = 63
+
+// HasLater reports whether a phase waits for the rollout: it runs beside
+// the service, in `run`.
+func (b *Bootstrap) HasLater() bool {
+	for _, p := range b.Phases {
+		if p.Later() {
+			return true
+		}
+	}
+	return false
+}
 
 // Enabled reports whether a bootstrap is configured.
 func (b *Bootstrap) Enabled() bool { return b.Mode != "" }

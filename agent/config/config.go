@@ -17,10 +17,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/probes/ask"
 )
 
 // DefaultPath is where the agent looks for its config in a container.
-const DefaultPath = "/etc/kolla-agent/agent.yaml"
+const DefaultPath = ask.DefaultConfig
 
 // DefaultTimeout bounds a dependency wait when the config does not.
 const DefaultTimeout = 10 * time.Minute
@@ -269,7 +270,7 @@ func (c *Config) validateRun() error {
 	case "", "auto", "always":
 	case "never":
 		if c.SteadyState() {
-			return fmt.Errorf("run.supervise: \"never\" execs the service, but probes.checks need the agent to stay beside it (use auto)")
+			return fmt.Errorf("run.supervise: \"never\" execs the service, but probes.checks or bootstrap phases after the rollout need the agent to stay beside it (use auto)")
 		}
 	default:
 		return fmt.Errorf("run.supervise: %q (want auto, always or never)", c.Run.Supervise)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/probes/ask"
 )
 
 // DefaultProbeAddress is where the probe server listens when probes are
@@ -17,7 +18,7 @@ import (
 const DefaultProbeAddress = ":8095"
 
 // DefaultProbeSocket is the Unix socket of the exec-probe client.
-const DefaultProbeSocket = "/run/kolla-agent/agent.sock"
+const DefaultProbeSocket = ask.DefaultSocket
 
 // Probes is the probes: section.
 type Probes struct {
@@ -411,8 +412,9 @@ func (ch *Check) ProbeList() []string {
 	return ch.Probes
 }
 
-// SteadyState reports whether any steady-state duty is configured, which
-// makes `run` stay as the service's parent in supervise: auto.
+// SteadyState reports whether any steady-state duty is configured (probes,
+// bootstrap phases after the rollout), which makes `run` stay as the
+// service's parent in supervise: auto.
 func (c *Config) SteadyState() bool {
-	return len(c.Probes.Checks) > 0
+	return len(c.Probes.Checks) > 0 || c.Bootstrap.HasLater()
 }

@@ -350,8 +350,9 @@ func peakRSSMiB(b *testing.B, args ...string) float64 {
 }
 
 // The exec-probe client as the kubelet runs it every few seconds: a whole
-// `kolla-agent probe readiness` process against a running agent, against
-// /bin/true in the same run (alternating). Targets: <= 5 ms median wall,
+// `kolla-agent probe readiness` process, and a whole `kolla-agent-probe
+// readiness` (the client on its own), against a running agent, and
+// /bin/true, in the same run (alternating). Targets: <= 5 ms median wall,
 // <= 10 MiB peak RSS.
 func BenchmarkProbeClient(b *testing.B) {
 	dir := b.TempDir()
@@ -387,17 +388,21 @@ probes:
 		}
 		return time.Since(t0)
 	}
-	var probeT, trueT []time.Duration
+	var probeT, smallT, trueT []time.Duration
 	for range b.N {
 		for range 10 * benchSamples() {
 			probeT = append(probeT, run(s.bin, "probe", "readiness", "--socket", sock))
+			smallT = append(smallT, run(s.probeBin, "readiness", "--socket", sock))
 			trueT = append(trueT, run("/bin/true"))
 		}
 	}
 	b.ReportMetric(ms(median(probeT)), "probe-ms/median")
 	b.ReportMetric(ms(maxOf(probeT)), "probe-ms/max")
+	b.ReportMetric(ms(median(smallT)), "small-probe-ms/median")
+	b.ReportMetric(ms(maxOf(smallT)), "small-probe-ms/max")
 	b.ReportMetric(ms(median(trueT)), "bin-true-ms/median")
 	b.ReportMetric(peakRSSMiB(b, s.bin, "probe", "readiness", "--socket", sock), "probe-MiB-peak-rss")
+	b.ReportMetric(peakRSSMiB(b, s.probeBin, "readiness", "--socket", sock), "small-probe-MiB-peak-rss")
 	b.ReportMetric(peakRSSMiB(b, "/bin/true"), "bin-true-MiB-peak-rss")
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	a.exit(30 * time.Second)

@@ -457,6 +457,7 @@ func TestBootstrapLeaseHolderKilled(t *testing.T) {
 	agents := map[string]*agentProc{}
 	for i := range 3 {
 		pod := fmt.Sprintf("keystone-%d", i)
+		mkPod(t, ns, pod, nil, "keystone") // its images make the version
 		agents[pod] = startAgent(t, withEnv(env, "POD_NAME="+pod), "--config", cfg, "init")
 	}
 	holder, pid := waitRun(t, runs, 1)
@@ -867,6 +868,14 @@ func TestBootstrapLeaseCommandFailsOnce(t *testing.T) {
 	command := fmt.Sprintf(`bash -c 'if [ -e %[1]s ]; then echo "$POD_NAME" >> %[1]s.ok; else echo "$POD_NAME" > %[1]s; exit 5; fi'`, marker)
 	cfg := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  mode: lease\n  name: barbican-bootstrap\n  command: %q\n  leaseDuration: 2s\n  timeout: 1m\n", ns, command))
 	env := bootstrapEnv(t, ns, "lease")
+	// No version, and no pod whose images would make one: bad input.
+	noPod := startAgent(t, withEnv(env, "POD_NAME=barbican-9"), "--config", cfg, "init")
+	noPod.wantExit(1)
+	if !strings.Contains(noPod.out.String(), "set bootstrap.version or POD_NAME") {
+		t.Errorf("no version and no pod: %s", noPod.out.String())
+	}
+	mkPod(t, ns, "barbican-0", nil, "barbican-api")
+	mkPod(t, ns, "barbican-1", nil, "barbican-api")
 	a := startAgent(t, withEnv(env, "POD_NAME=barbican-0"), "--config", cfg, "init")
 	b := startAgent(t, withEnv(env, "POD_NAME=barbican-1"), "--config", cfg, "init")
 	a.wantExit(0)

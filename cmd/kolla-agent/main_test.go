@@ -29,7 +29,8 @@ import (
 
 // suite is what TestMain sets up once for the package's tests.
 type suite struct {
-	bin string
+	bin      string
+	probeBin string // kolla-agent-probe
 	dir string // removed when the tests end
 	env *testenv.Env
 }
@@ -58,10 +59,13 @@ func setup(m *testing.M) (int, error) {
 	defer os.RemoveAll(dir)
 	s.dir = dir
 	s.bin = filepath.Join(dir, "kolla-agent")
-	build := exec.Command("go", "build", "-o", s.bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("build: %v\n%s", err, out)
+	s.probeBin = filepath.Join(dir, "kolla-agent-probe")
+	for bin, pkg := range map[string]string{s.bin: ".", s.probeBin: "../kolla-agent-probe"} {
+		build := exec.Command("go", "build", "-o", bin, pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("build %s: %v\n%s", pkg, err, out)
+		}
 	}
 	env, err := testenv.Start(filepath.Join(dir, "env"))
 	if err != nil {

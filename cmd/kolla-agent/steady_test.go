@@ -204,18 +204,29 @@ probes:
 	}
 }
 
+// probeCmd runs `kolla-agent probe ARGS` and `kolla-agent-probe ARGS`,
+// which must agree on the exit code and (but for the program's name) the
+// output, and returns the first's.
 func probeCmd(t testing.TB, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(s.bin, append([]string{"probe"}, args...)...)
-	cmd.Env = plainEnv()
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
+	run := func(argv ...string) (string, int) {
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = plainEnv()
+		out, err := cmd.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
 	}
-	return string(out), code
+	out, code := run(append([]string{s.bin, "probe"}, args...)...)
+	small, smallCode := run(append([]string{s.probeBin}, args...)...)
+	if smallCode != code || strings.ReplaceAll(small, "kolla-agent-probe", "kolla-agent probe") != out {
+		t.Errorf("kolla-agent-probe %q: exit %d %q; kolla-agent probe: exit %d %q", args, smallCode, small, code, out)
+	}
+	return out, code
 }
 
 // A side duty that fails (the probe address is taken) is logged and
