@@ -177,14 +177,15 @@ func (r *bootRun) resolveVersion(ctx context.Context) (string, error) {
 	for _, ph := range r.cfg.Phases {
 		parts = append(parts, ph.Name+"="+ph.Command)
 	}
-	var what []byte
+	var what []byte // a manifest (parsed as YAML); the rest goes in as inputs
 	switch r.cfg.Mode {
 	case config.BootstrapCreate:
 		m, err := r.renderJob(ctx, bootstrap.Step{}, "")
 		if err != nil {
 			return "", err
 		}
-		what = append(m, strings.Join(parts, "\n")...)
+		what = m
+		inputs["(commands)"] = []byte(strings.Join(parts, "\n"))
 	case config.BootstrapLease, config.BootstrapWait:
 		if r.cfg.Mode == config.BootstrapWait {
 			parts = r.cfg.Jobs
@@ -193,7 +194,7 @@ func (r *bootRun) resolveVersion(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", configErr("%s: bootstrap: no version given, and the pod's images (which make the default version) cannot be read: %v; set bootstrap.version or POD_NAME", r.p.Source, err)
 		}
-		what = []byte(strings.Join(append(parts, images...), "\n"))
+		inputs["(commands)"] = []byte(strings.Join(append(parts, images...), "\n"))
 	}
 	v, err := bootstrap.Version(what, inputs)
 	if err != nil {

@@ -19,13 +19,14 @@ func (c *Coordinator) Wait(ctx context.Context, s Step, what string, wait func(c
 	}
 	c.report(s, Waiting, "", "waiting for %s", what)
 	if err := wait(ctx); err != nil {
-		if ctx.Err() == nil {
-			// Failed before the timeout: stay, not ready and saying why,
-			// until it (a crash loop would show the same failure again).
-			c.report(s, Failed, "BootstrapJobFailed", "%s: %v", what, err)
-			<-ctx.Done()
+		if ctx.Err() != nil {
+			return timedOut(ctx, s, fmt.Sprintf("waiting for %s: %v", what, err))
 		}
-		return err
+		// Failed before the timeout: stay, not ready and saying why, until
+		// it (a crash loop would show the same failure again).
+		c.report(s, Failed, "BootstrapJobFailed", "%s: %v", what, err)
+		<-ctx.Done()
+		return fmt.Errorf("%w: %s: %v", ErrFailed, s, err)
 	}
 	if _, mine, err := c.record(ctx, s, Entry{Job: what}); err != nil {
 		c.log.Warn("the step is done but could not be recorded", "step", s.String(), "error", err.Error())

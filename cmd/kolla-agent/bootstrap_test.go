@@ -674,8 +674,11 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 	if c := phaseJob("contract"); len(c) != 1 {
 		t.Errorf("contract jobs %v, want one", c)
 	}
-	a1.running()
-	a2.running()
+	for _, a := range []*agentProc{a1, a2} {
+		a.running()
+		a.cmd.Process.Signal(syscall.SIGTERM) // the service goes with it
+		a.wantExit(143)
+	}
 }
 
 // A replica that waits for another's Job makes its few requests once (a
@@ -744,6 +747,12 @@ func TestBootstrapSurvivesAPIServerKill(t *testing.T) {
 	if err := s.env.KillAPIServer(); err != nil {
 		t.Fatal(err)
 	}
+	restarted := false
+	t.Cleanup(func() { // the other tests need it, whatever happens here
+		if !restarted {
+			s.env.StartAPIServer()
+		}
+	})
 	var agents []*agentProc
 	for i := range 3 {
 		agents = append(agents, startAgent(t, withEnv(env, fmt.Sprintf("POD_NAME=heat-api-%d", i)), "--config", cfg, "init"))
@@ -752,6 +761,7 @@ func TestBootstrapSurvivesAPIServerKill(t *testing.T) {
 		a.waitLog("cannot create job heat-db-sync-")
 		a.running()
 	}
+	restarted = true
 	if err := s.env.StartAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -823,14 +833,19 @@ bootstrap:
 	}
 
 	// A new version whose Job fails.
-	cfg2 := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  mode: wait\n  name: neutron-bootstrap\n  version: \"2026.2\"\n  jobs: [neutron-db-sync-2]\n  timeout: 2m\n", ns))
+	cfg2 := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  mode: wait\n  name: neutron-bootstrap\n  version: \"2026.2\"\n  jobs: [neutron-db-sync-2]\n  timeout: 10s\n", ns))
 	mkJob(t, ns, "neutron-db-sync-2", nil)
 	c := startAgent(t, withEnv(env, "POD_NAME=neutron-server-2"), "--config", cfg2, "init")
 	c.waitLog("waiting for neutron-db-sync-2")
 	if _, err := s.env.Kubelet().FailJobPod(ctxT(t), ns, "neutron-db-sync-2", 1); err != nil {
 		t.Fatal(err)
 	}
+	c.waitLog("BackoffLimitExceeded") // at once, then it holds until the timeout
+	c.running()
 	c.wantExit(2)
+	if !strings.Contains(c.out.String(), `msg="bootstrap failed"`) {
+		t.Errorf("the exit does not say the bootstrap failed:\n%s", c.out.String())
+	}
 	if rec := recordEntries(t, ns, "neutron-bootstrap"); len(rec) != 1 {
 		t.Errorf("record %v: the failed version must not be recorded", rec)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -37,6 +38,39 @@ func TestExamplePodsValidate(t *testing.T) {
 					t.Errorf("%s: native sidecar %s has no startupProbe: the service would start before the agent serves", p, c.Name)
 				}
 			}
+		})
+	}
+}
+
+// Every example bootstrap Job template, rendered and completed by the agent
+// in create mode, is accepted by the real API server: the Job exists, with
+// the agent's defaults merged in and the step's command rendered.
+func TestExampleBootstrapJobsCreate(t *testing.T) {
+	paths, err := filepath.Glob("../../examples/*/db-sync-job.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no example bootstrap jobs: %v", err)
+	}
+	for _, p := range paths {
+		t.Run(filepath.Base(filepath.Dir(p)), func(t *testing.T) {
+			abs, err := filepath.Abs(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns := namespace(t)
+			cfg := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  mode: create\n  name: example-db-sync\n  job: %s\n  command: keystone-manage db_sync\n  permanentExitCodes: [2]\n", ns, abs))
+			a := startAgent(t, withEnv(bootstrapEnv(t, ns, "create"), "POD_NAME=example-0"), "--config", cfg, "init")
+			name := waitJobs(t, ns, "example-db-sync", 1)[0]
+			j, err := client().BatchV1().Jobs(ns).Get(ctxT(t), name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := j.Spec.Template.Spec.Containers[0].Command; c[len(c)-1] != "keystone-manage db_sync" {
+				t.Errorf("%s: rendered command %q", p, c)
+			}
+			if j.Spec.PodFailurePolicy == nil || len(j.Spec.PodFailurePolicy.Rules) != 2 {
+				t.Errorf("%s: podFailurePolicy %+v", p, j.Spec.PodFailurePolicy)
+			}
+			a.cmd.Process.Kill()
 		})
 	}
 }

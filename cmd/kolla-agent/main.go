@@ -288,11 +288,11 @@ func exitCode(log *slog.Logger, err error) int {
 	case errors.As(err, &cerr):
 		log.Error("bad configuration", "error", err.Error())
 		return exitConfig
-	case errors.Is(err, discovery.ErrFailed), errors.Is(err, discovery.ErrTimeout):
-		log.Error("dependency wait failed", "error", err.Error())
-		return exitWait
 	case errors.Is(err, bootstrap.ErrFailed), errors.Is(err, bootstrap.ErrTimeout):
 		log.Error("bootstrap failed", "error", err.Error())
+		return exitWait
+	case errors.Is(err, discovery.ErrFailed), errors.Is(err, discovery.ErrTimeout):
+		log.Error("dependency wait failed", "error", err.Error())
 		return exitWait
 	default:
 		log.Error("failed", "error", err.Error())
