@@ -31,8 +31,8 @@ import (
 type suite struct {
 	bin      string
 	probeBin string // kolla-agent-probe
-	dir string // removed when the tests end
-	env *testenv.Env
+	dir      string // removed when the tests end
+	env      *testenv.Env
 }
 
 var s suite // set once in TestMain, read-only after
