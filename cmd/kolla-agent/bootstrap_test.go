@@ -21,18 +21,11 @@ import (
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
 
-// bootstrapRBAC is the mode's RBAC example, applied on top of the base one.
+// bootstrapEnv is an agent's environment with the bootstrap mode's RBAC
+// example applied on top of the base one.
 func bootstrapEnv(t testing.TB, ns, mode string) []string {
 	t.Helper()
-	kc, err := s.env.AgentKubeconfigWith(ctxT(t), ns, []string{"examples/rbac/bootstrap-" + mode + ".yaml"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{
-		"PATH=" + os.Getenv("PATH"),
-		"KUBECONFIG=" + kc,
-		"NAMESPACE=" + ns,
-	}
+	return agentEnvWith(t, ns, []string{"examples/rbac/bootstrap-" + mode + ".yaml"})
 }
 
 // jobTemplate is a bootstrap Job's template as a chart would ship it: the
@@ -72,7 +65,12 @@ func bootstrapFiles(t testing.TB, ns, section, spec string) string {
 // bootstrapJobs lists the Jobs of a bootstrap by its label.
 func bootstrapJobs(t testing.TB, ns, name string) []string {
 	t.Helper()
-	l, err := client().BatchV1().Jobs(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: bootstrap.LabelName + "=" + name})
+	return jobsLabelled(t, ns, bootstrap.LabelName+"="+name)
+}
+
+func jobsLabelled(t testing.TB, ns, selector string) []string {
+	t.Helper()
+	l, err := client().BatchV1().Jobs(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -604,17 +602,7 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 		a := startAgent(t, withEnv(env, "POD_NAME="+pod), "--config", cfgFor(port), "run", "--", "sleep", "3600")
 		return a, fmt.Sprintf("http://127.0.0.1:%d", port)
 	}
-	phaseJob := func(phase string) []string {
-		l, err := client().BatchV1().Jobs(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: bootstrap.LabelPhase + "=" + phase})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var names []string
-		for _, j := range l.Items {
-			names = append(names, j.Name)
-		}
-		return names
-	}
+	phaseJob := func(phase string) []string { return jobsLabelled(t, ns, bootstrap.LabelPhase+"="+phase) }
 	eventually(t, "the surge pod of v2", func() bool { return len(podsOf("kolla/keystone:v2")) == 1 })
 	p1 := podsOf("kolla/keystone:v2")[0].Name
 	a1, url1 := startNew(p1)

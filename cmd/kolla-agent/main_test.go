@@ -118,7 +118,13 @@ func (b *syncBuffer) String() string {
 // the kolla-agent ServiceAccount of examples/rbac (plus extra rules).
 func agentEnv(t testing.TB, ns string, extra ...rbacv1.PolicyRule) []string {
 	t.Helper()
-	kc, err := s.env.AgentKubeconfig(ctxT(t), ns, extra...)
+	return agentEnvWith(t, ns, nil, extra...)
+}
+
+// agentEnvWith is agentEnv with more of the RBAC examples applied.
+func agentEnvWith(t testing.TB, ns string, manifests []string, extra ...rbacv1.PolicyRule) []string {
+	t.Helper()
+	kc, err := s.env.AgentKubeconfigWith(ctxT(t), ns, manifests, extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
