@@ -238,6 +238,8 @@ func (w *Waiter) check(ctx context.Context, d Dependency, report func(Observatio
 		return w.waitContainer(ctx, d, report)
 	case KindResource:
 		return w.waitResource(ctx, d, report)
+	case KindExposed:
+		return w.waitExposed(ctx, d, report)
 	}
 	return fmt.Errorf("%w: %s: unknown kind", ErrFailed, d)
 }

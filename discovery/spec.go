@@ -28,13 +28,14 @@ const (
 	KindPod       Kind = "pod"
 	KindContainer Kind = "container"
 	KindResource  Kind = "resource"
+	KindExposed   Kind = "exposed" // a Service's public address
 )
 
 // NeedsAPI reports whether a dependency of this kind is resolved through the
 // Kubernetes API server.
 func (k Kind) NeedsAPI() bool {
 	switch k {
-	case KindService, KindJob, KindDaemonSet, KindPod, KindContainer, KindResource:
+	case KindService, KindJob, KindDaemonSet, KindPod, KindContainer, KindResource, KindExposed:
 		return true
 	}
 	return false
@@ -106,7 +107,7 @@ func (d Dependency) String() string {
 		return string(d.Kind) + ":" + d.Path
 	case KindDNS, KindContainer:
 		return string(d.Kind) + ":" + d.Name
-	case KindService, KindDaemonSet:
+	case KindService, KindDaemonSet, KindExposed:
 		return string(d.Kind) + ":" + ns(d.Name)
 	case KindJob:
 		if d.Labels != nil {
@@ -222,7 +223,7 @@ func parse(s string) (Dependency, error) {
 			return Dependency{}, fmt.Errorf("container name %q: %s", rest, strings.Join(errs, "; "))
 		}
 		d.Name = rest
-	case KindService, KindDaemonSet:
+	case KindService, KindDaemonSet, KindExposed:
 		ns, name, err := splitNamespace(rest)
 		if err != nil {
 			return Dependency{}, err

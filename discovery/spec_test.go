@@ -63,6 +63,9 @@ var parseCases = []parseCase{
 	{in: "service:Open_Stack/mariadb", wantErr: `namespace "Open_Stack"`},
 	{in: "service:MariaDB", wantErr: `name "MariaDB"`},
 	{in: "service:a/b/c", wantErr: `name "b/c"`},
+	{in: "exposed:keystone", want: Dependency{Kind: KindExposed, Name: "keystone"}},
+	{in: "exposed:openstack/keystone", want: Dependency{Kind: KindExposed, Namespace: "openstack", Name: "keystone"}},
+	{in: "exposed:Keystone", wantErr: `name "Keystone"`},
 
 	// job
 	{in: "job:keystone-db-sync", want: Dependency{Kind: KindJob, Name: "keystone-db-sync"}},
@@ -213,6 +216,7 @@ func TestParseSpecCanonicalString(t *testing.T) {
 		"tcp:[::1]:5672":                  "tcp:[::1]:5672",
 		"https://keystone.example.com/v3": "https://keystone.example.com/v3",
 		"service:openstack/mariadb":       "service:openstack/mariadb",
+		"exposed:openstack/keystone":      "exposed:openstack/keystone",
 		"resource:apps/v1/Deployment/keystone-api?condition=Progressing=False": "resource:apps/v1/Deployment/keystone-api?condition=Progressing=False",
 	} {
 		d, err := Parse(in)
