@@ -71,7 +71,7 @@ kolla-agent behaves as kubernetes-entrypoint: it waits, then execs COMMAND.
 Dependencies (wait syntax, also used in agent.yaml):
   dns:NAME  tcp:HOST:PORT  http(s)://URL  file:PATH  socket:PATH
   service:[NS/]NAME  job:[NS/]NAME  job:[NS/]k=v,...  daemonset:[NS/]NAME
-  pod:[NS/]k=v,...[@samenode]  container:NAME
+  pod:[NS/]k=v,...[@samenode]  container:NAME  exposed:[NS/]NAME
   resource:GROUP/VERSION/KIND/[NS/]NAME[?field.path=value][&condition=Type[=Status]]
 
 Exit codes: 0 ok; 1 bad configuration or input; 2 a dependency or bootstrap

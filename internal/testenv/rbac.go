@@ -60,6 +60,7 @@ func (e *Env) AgentKubeconfigWith(ctx context.Context, namespace string, manifes
 		return "", fmt.Errorf("testenv: apply %s in %s: %w", RBACManifest, namespace, err)
 	}
 	rules := objs.role.Rules
+	var clusterRules []rbacv1.PolicyRule
 	for _, m := range manifests {
 		more, err := readRBAC(m, false)
 		if err != nil {
@@ -70,6 +71,12 @@ func (e *Env) AgentKubeconfigWith(ctx context.Context, namespace string, manifes
 			return "", fmt.Errorf("testenv: apply %s in %s: %w", m, namespace, err)
 		}
 		rules = append(rules, more.role.Rules...)
+		if more.clusterRole != nil {
+			clusterRules = append(clusterRules, more.clusterRole.Rules...)
+		}
+	}
+	if err := e.waitAuthorizedIn(ctx, "", objs.sa.Name, namespace, clusterRules); err != nil {
+		return "", fmt.Errorf("testenv: cluster rbac for %s: %w", AgentUser(namespace), err)
 	}
 	if err := e.waitAuthorized(ctx, namespace, objs.sa.Name, rules); err != nil {
 		return "", fmt.Errorf("testenv: rbac for %s: %w", AgentUser(namespace), err)
@@ -125,6 +132,10 @@ type rbacObjects struct {
 	sa      *corev1.ServiceAccount
 	role    *rbacv1.Role
 	binding *rbacv1.RoleBinding
+	// Optional, for cluster-scoped resources (nodes): applied with the
+	// binding's subject in the test's namespace and a per-namespace name.
+	clusterRole    *rbacv1.ClusterRole
+	clusterBinding *rbacv1.ClusterRoleBinding
 }
 
 // readRBAC decodes an RBAC example (relative to the repository root)
@@ -169,6 +180,12 @@ func readRBAC(rel string, withSA bool) (rbacObjects, error) {
 		case "RoleBinding":
 			objs.binding = &rbacv1.RoleBinding{}
 			target = objs.binding
+		case "ClusterRole":
+			objs.clusterRole = &rbacv1.ClusterRole{}
+			target = objs.clusterRole
+		case "ClusterRoleBinding":
+			objs.clusterBinding = &rbacv1.ClusterRoleBinding{}
+			target = objs.clusterBinding
 		default:
 			return objs, fmt.Errorf("testenv: %s: document %d: unexpected kind %q", path, i, tm.Kind)
 		}
@@ -205,6 +222,24 @@ func (e *Env) applyRBAC(ctx context.Context, namespace string, objs rbacObjects)
 	if _, err := rbac.RoleBindings(namespace).Create(ctx, objs.binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
+	if objs.clusterRole == nil || objs.clusterBinding == nil {
+		return nil
+	}
+	// Cluster-scoped: one per test namespace, so that tests do not share
+	// (or delete) each other's grants.
+	cr, crb := objs.clusterRole.DeepCopy(), objs.clusterBinding.DeepCopy()
+	cr.Name += "-" + namespace
+	crb.Name += "-" + namespace
+	crb.RoleRef.Name = cr.Name
+	for i := range crb.Subjects {
+		crb.Subjects[i].Namespace = namespace
+	}
+	if _, err := rbac.ClusterRoles().Create(ctx, cr, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
 	return nil
 }
 
@@ -212,12 +247,18 @@ func (e *Env) applyRBAC(ctx context.Context, namespace string, objs rbacObjects)
 // ServiceAccount every rule, asking as the admin: a SelfSubjectAccessReview
 // would show up among the agent's own requests in the audit log.
 func (e *Env) waitAuthorized(ctx context.Context, namespace, sa string, rules []rbacv1.PolicyRule) error {
+	return e.waitAuthorizedIn(ctx, namespace, sa, namespace, rules)
+}
+
+// waitAuthorizedIn checks the rules in namespace where ("" for cluster
+// scope), for the ServiceAccount sa of namespace.
+func (e *Env) waitAuthorizedIn(ctx context.Context, where, sa, namespace string, rules []rbacv1.PolicyRule) error {
 	var checks []authorizationv1.ResourceAttributes
 	for _, r := range rules {
 		for _, g := range r.APIGroups {
 			for _, res := range r.Resources {
 				for _, v := range r.Verbs {
-					checks = append(checks, authorizationv1.ResourceAttributes{Namespace: namespace, Group: g, Resource: res, Verb: v})
+					checks = append(checks, authorizationv1.ResourceAttributes{Namespace: where, Group: g, Resource: res, Verb: v})
 				}
 			}
 		}
