@@ -119,6 +119,12 @@ func (a *Agent) templateOptions(p *Plan) render.TemplateOptions {
 	} else {
 		a.log.Debug("templates get no DNS", "error", err.Error())
 	}
+	// publicURL and internalURL ask the API, when there is one.
+	if kube, err := a.kubeClient(); err == nil && kube != nil {
+		if w, err := discovery.New(discovery.Config{Kube: kube, Namespace: p.Namespace, Logger: a.log}); err == nil {
+			o.Exposer = w
+		}
+	}
 	return o
 }
 

@@ -340,7 +340,13 @@ func (w *Waiter) waitExposed(ctx context.Context, d Dependency, report func(Obse
 // returns it (template functions, registration).
 func (w *Waiter) Exposure(ctx context.Context, ns, name string) (Exposure, error) {
 	d := Dependency{Kind: KindExposed, Namespace: ns, Name: name}
-	return w.followExposure(step(ctx), d, func(Observation) {})
+	last := ""
+	return w.followExposure(step(ctx), d, func(o Observation) {
+		if o.State != Ready && o.Detail != last { // what it waits for, once per change
+			last = o.Detail
+			w.log.Info("waiting for a public address", "service", ns+"/"+name, "state", string(o.State), "detail", o.Detail)
+		}
+	})
 }
 
 func (w *Waiter) followExposure(ctx context.Context, d Dependency, report func(Observation)) (Exposure, error) {
@@ -423,4 +429,38 @@ func anys(set []*unstructured.Unstructured) []any {
 		out[i] = u
 	}
 	return out
+}
+
+// ServicePort waits until the Service ns/name exists and returns its first
+// port and the scheme it implies (https for 443 or a port named https): what
+// an in-cluster URL of the Service needs.
+func (w *Waiter) ServicePort(ctx context.Context, ns, name string) (scheme string, port int, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	what := fmt.Sprintf("service %s/%s", ns, name)
+	var last error
+	sets := w.cfg.Kube.Observe(ctx, servicesGVR, ns, Selector{Name: name}, func(op string, err error) { last = fmt.Errorf("API %s: %v", op, err) })
+	for {
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return "", 0, fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), last)
+			}
+			return "", 0, fmt.Errorf("%s does not exist: %w", what, ctx.Err())
+		case set := <-sets:
+			svc := decodeOne[service](set)
+			if svc == nil {
+				continue
+			}
+			if len(svc.Spec.Ports) == 0 {
+				return "", 0, fmt.Errorf("%s has no ports", what)
+			}
+			p := svc.Spec.Ports[0]
+			scheme = "http"
+			if p.Port == 443 || p.Name == "https" {
+				scheme = "https"
+			}
+			return scheme, p.Port, nil
+		}
+	}
 }

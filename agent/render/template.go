@@ -64,6 +64,13 @@ type Resolver interface {
 	Lookup(ctx context.Context, name string) (discovery.Answer, error)
 }
 
+// Exposer answers publicURL and internalURL from the API: where users
+// outside the cluster reach a Service, and its port.
+type Exposer interface {
+	Exposure(ctx context.Context, ns, name string) (discovery.Exposure, error)
+	ServicePort(ctx context.Context, ns, name string) (scheme string, port int, err error)
+}
+
 // TemplateOptions are the means a template may use.
 type TemplateOptions struct {
 	// LookupEnv reads the pod's environment (env, podIP, ...); nil means
@@ -73,8 +80,11 @@ type TemplateOptions struct {
 	// *discovery.Resolver) makes them fail.
 	Resolver Resolver
 	// ClusterDomain (cluster.local) makes service names absolute. Without
-	// it, service fails and endpoints and srv leave the name to Resolver.
+	// it, service and internalURL fail and endpoints and srv leave the name
+	// to Resolver.
 	ClusterDomain string
+	// Exposer answers publicURL and internalURL; nil makes them fail.
+	Exposer Exposer
 	// AllowedFileDirs are the only directories file and secret read under,
 	// as the container sees them.
 	AllowedFileDirs []string
@@ -588,28 +598,30 @@ func templateIndexWord(s, tok string) int {
 // funcs are the template functions, bound to this run.
 func (r *templateRun) funcs() template.FuncMap {
 	return template.FuncMap{
-		"env":       r.env,
-		"podIP":     r.podEnv("podIP", "POD_IP", "status.podIP"),
-		"podName":   r.podEnv("podName", "POD_NAME", "metadata.name"),
-		"namespace": r.podEnv("namespace", "NAMESPACE", "metadata.namespace"),
-		"nodeName":  r.podEnv("nodeName", "NODE_NAME", "spec.nodeName"),
-		"hostname":  os.Hostname,
-		"file":      r.file,
-		"secret":    r.secret,
-		"service":   r.service,
-		"endpoints": r.endpoints,
-		"srv":       r.srv,
-		"lookup":    r.lookup,
-		"join":      templateJoin,
-		"split":     templateSplit,
-		"quote":     templateQuote,
-		"default":   templateDefault,
-		"toJSON":    templateJSON,
-		"indent":    templateIndent,
-		"replace":   templateReplace,
-		"lower":     strings.ToLower,
-		"upper":     strings.ToUpper,
-		"withPort":  templateWithPort,
+		"env":         r.env,
+		"podIP":       r.podEnv("podIP", "POD_IP", "status.podIP"),
+		"podName":     r.podEnv("podName", "POD_NAME", "metadata.name"),
+		"namespace":   r.podEnv("namespace", "NAMESPACE", "metadata.namespace"),
+		"nodeName":    r.podEnv("nodeName", "NODE_NAME", "spec.nodeName"),
+		"hostname":    os.Hostname,
+		"file":        r.file,
+		"secret":      r.secret,
+		"service":     r.service,
+		"endpoints":   r.endpoints,
+		"publicURL":   r.publicURL,
+		"internalURL": r.internalURL,
+		"srv":         r.srv,
+		"lookup":      r.lookup,
+		"join":        templateJoin,
+		"split":       templateSplit,
+		"quote":       templateQuote,
+		"default":     templateDefault,
+		"toJSON":      templateJSON,
+		"indent":      templateIndent,
+		"replace":     templateReplace,
+		"lower":       strings.ToLower,
+		"upper":       strings.ToUpper,
+		"withPort":    templateWithPort,
 	}
 }
 
@@ -738,6 +750,54 @@ func (r *templateRun) query(host string) string {
 		return host
 	}
 	return host + ".svc." + strings.TrimSuffix(r.o.ClusterDomain, ".") + "."
+}
+
+// publicURL is the URL users outside the cluster reach the Service NAME[.NS]
+// at, with the path appended: from its LoadBalancer, NodePort, Route or
+// Ingress (discovery.Exposure), waited for up to the render's timeout.
+func (r *templateRun) publicURL(name string, path ...string) (string, error) {
+	ns, svc, err := r.exposerArgs(name, path)
+	if err != nil {
+		return "", err
+	}
+	e, err := r.o.Exposer.Exposure(r.ctx, ns, svc)
+	if err != nil {
+		return "", fmt.Errorf("publicURL %q: %w", name, err)
+	}
+	return e.URL(strings.Join(path, "")), nil
+}
+
+// internalURL is the Service's URL inside the cluster: its absolute DNS
+// name (NAME.NS.svc.DOMAIN) and its port, with the path appended.
+func (r *templateRun) internalURL(name string, path ...string) (string, error) {
+	ns, svc, err := r.exposerArgs(name, path)
+	if err != nil {
+		return "", err
+	}
+	if r.o.ClusterDomain == "" {
+		return "", fmt.Errorf("internalURL %q: the cluster domain is unknown (CLUSTER_DOMAIN, --cluster-domain)", name)
+	}
+	scheme, port, err := r.o.Exposer.ServicePort(r.ctx, ns, svc)
+	if err != nil {
+		return "", fmt.Errorf("internalURL %q: %w", name, err)
+	}
+	e := discovery.Exposure{Scheme: scheme, Host: svc + "." + ns + ".svc." + strings.TrimSuffix(r.o.ClusterDomain, "."), Port: port}
+	return e.URL(strings.Join(path, "")), nil
+}
+
+func (r *templateRun) exposerArgs(name string, path []string) (ns, svc string, err error) {
+	if len(path) > 1 {
+		return "", "", fmt.Errorf("%q: want NAME[.NAMESPACE] [PATH], got %d paths", name, len(path))
+	}
+	host, err := r.serviceHost(name)
+	if err != nil {
+		return "", "", err
+	}
+	if r.o.Exposer == nil {
+		return "", "", fmt.Errorf("%s: no Kubernetes API to ask (no service account, no --kubeconfig)", name)
+	}
+	svc, ns, _ = strings.Cut(host, ".")
+	return ns, svc, nil
 }
 
 // endpoints is the sorted addresses of a headless service's ready

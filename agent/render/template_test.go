@@ -726,3 +726,59 @@ func applyTemplates(ctx context.Context, items []TemplateItem, o TemplateOptions
 	}
 	return WriteTemplates(files)
 }
+
+// fakeExposer stands in for the API in publicURL/internalURL's own rules
+// (their API side is tested end to end against the real API server).
+type fakeExposer struct{ asked []string }
+
+func (f *fakeExposer) Exposure(_ context.Context, ns, name string) (discovery.Exposure, error) {
+	f.asked = append(f.asked, ns+"/"+name)
+	if name == "internal-only" {
+		return discovery.Exposure{}, errors.New("service " + ns + "/" + name + " is of type ClusterIP")
+	}
+	return discovery.Exposure{Scheme: "https", Host: "keystone.example.org", Port: 443}, nil
+}
+
+func (f *fakeExposer) ServicePort(_ context.Context, ns, name string) (string, int, error) {
+	f.asked = append(f.asked, ns+"/"+name)
+	return "http", 5000, nil
+}
+
+func TestTemplatePublicAndInternalURL(t *testing.T) {
+	env := func(k string) (string, bool) {
+		if k == "NAMESPACE" {
+			return "openstack", true
+		}
+		return "", false
+	}
+	for _, tc := range []struct {
+		name, src, want, err string
+		exposer              bool
+		domain               string
+	}{
+		{"both", `{{ publicURL "keystone" "/v3" }} {{ internalURL "keystone.other" "/v3" }}`, "https://keystone.example.org/v3 http://keystone.other.svc.cluster.local:5000/v3", "", true, "cluster.local"},
+		{"no path", `{{ publicURL "keystone.openstack" }}`, "https://keystone.example.org", "", true, ""},
+		{"two paths", `{{ publicURL "keystone" "/v3" "/x" }}`, "", "got 2 paths", true, ""},
+		{"bad name", `{{ publicURL "a.b.c" }}`, "", "want NAME.NAMESPACE", true, ""},
+		{"no API", `{{ publicURL "keystone" }}`, "", "no Kubernetes API to ask", false, ""},
+		{"no cluster domain", `{{ internalURL "keystone" }}`, "", "the cluster domain is unknown", true, ""},
+		{"not exposed", `{{ publicURL "internal-only" }}`, "", "service openstack/internal-only is of type ClusterIP", true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := TemplateOptions{LookupEnv: env, ClusterDomain: tc.domain}
+			if tc.exposer {
+				o.Exposer = &fakeExposer{}
+			}
+			out, err := RenderTemplate(context.Background(), "t.tmpl", []byte(tc.src), o)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "t.tmpl:1:") {
+					t.Fatalf("error %v, want t.tmpl:1: and %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || string(out) != tc.want {
+				t.Fatalf("got %q %v, want %q", out, err, tc.want)
+			}
+		})
+	}
+}

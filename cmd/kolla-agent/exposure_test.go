@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -184,5 +186,42 @@ func TestExposedIngressAndRoute(t *testing.T) {
 	rw.wantExit(2)
 	if !strings.Contains(rw.out.String(), "Route cinder routes to Service heat, not to this Service") {
 		t.Errorf("a Route for another service:\n%s", rw.out.String())
+	}
+}
+
+// publicURL and internalURL in a template, against the real API: the
+// LoadBalancer's ingress IP (waited for: the render starts before a cloud
+// controller writes it) and the Service's cluster DNS name and port. A
+// ClusterIP Service asked for a public URL is exit 1 naming it and its type.
+func TestRenderPublicAndInternalURL(t *testing.T) {
+	ns := namespace(t)
+	env := exposureEnv(t, ns)
+	svc := mkExposedService(t, ns, "keystone", corev1.ServiceTypeLoadBalancer, nil)
+	dir := t.TempDir()
+	tmpl := filepath.Join(dir, "endpoints.tmpl")
+	os.WriteFile(tmpl, []byte(`public = {{ publicURL "keystone" "/v3" }}
+internal = {{ internalURL "keystone.`+ns+`" "/v3" }}
+`), 0o644)
+	dest := filepath.Join(dir, "endpoints.conf")
+	cfg := agentYAML(t, "render:\n  - {src: "+tmpl+", dest: "+dest+"}\nrenderOptions: {timeout: 30s}\n")
+	a := startAgent(t, env, "--config", cfg, "render")
+	a.waitLog("LoadBalancer has no ingress yet")
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.20"}}
+	if _, err := client().CoreV1().Services(ns).UpdateStatus(ctxT(t), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.wantExit(0)
+	got, _ := os.ReadFile(dest)
+	want := fmt.Sprintf("public = http://203.0.113.20:5000/v3\ninternal = http://keystone.%s.svc.%s:5000/v3\n", ns, s.env.ClusterDomain)
+	if string(got) != want {
+		t.Errorf("rendered:\n%s\nwant:\n%s", got, want)
+	}
+
+	mkExposedService(t, ns, "glance", corev1.ServiceTypeClusterIP, nil)
+	os.WriteFile(tmpl, []byte(`public = {{ publicURL "glance" }}`+"\n"), 0o644)
+	b := startAgent(t, env, "--config", cfg, "render")
+	b.wantExit(1)
+	if out := b.out.String(); !strings.Contains(out, tmpl+":1:") || !strings.Contains(out, "service "+ns+"/glance is of type ClusterIP") {
+		t.Errorf("a ClusterIP Service's public URL:\n%s", out)
 	}
 }
