@@ -28,7 +28,7 @@ import (
 func (a *Agent) Bootstrap(ctx context.Context, p *Plan) error {
 	b := &config0(p).Bootstrap
 	if !b.Enabled() {
-		return nil
+		return a.bootstrapEndpoints(ctx, p)
 	}
 	run, err := a.bootstrapRun(ctx, p)
 	if err != nil {
@@ -48,7 +48,33 @@ func (a *Agent) Bootstrap(ctx context.Context, p *Plan) error {
 		}
 	}
 	a.log.Info("bootstrap done", "name", b.Name, "mode", b.Mode, "version", run.version, "took", time.Since(start).Round(time.Millisecond).String())
+	if err := a.bootstrapEndpoints(ctx, p); err != nil {
+		return err
+	}
 	a.markPod(run, true, "Bootstrapped", fmt.Sprintf("%s %s done", b.Name, run.version))
+	return nil
+}
+
+// bootstrapEndpoints keeps the Keystone catalog, when configured, as the
+// bootstrap's last step; a failure stops the pod like a failed bootstrap.
+func (a *Agent) bootstrapEndpoints(ctx context.Context, p *Plan) error {
+	b := &config0(p).Bootstrap
+	if b.Endpoints == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.BootstrapTimeout())
+	defer cancel()
+	changes, err := a.Endpoints(ctx, p, false)
+	var cerr *ConfigError
+	switch {
+	case errors.As(err, &cerr):
+		return err
+	case err != nil:
+		err = fmt.Errorf("%w: keystone catalog: %v", bootstrap.ErrFailed, err)
+		a.reportFailure(p, a.kube, "EndpointsFailed", err)
+		return err
+	}
+	a.log.Info("keystone catalog up to date", "service", b.Endpoints.Name, "changes", len(changes))
 	return nil
 }
 

@@ -70,6 +70,33 @@ type Bootstrap struct {
 	// PodCondition patches the condition kolla.openstack.org/bootstrapped on
 	// the agent's pod (pods/status), usable as a readiness gate.
 	PodCondition bool `json:"podCondition,omitempty"`
+	// Endpoints keeps the service's Keystone catalog entry on the URLs the
+	// cluster exposes it at.
+	Endpoints *Endpoints `json:"endpoints,omitempty"`
+}
+
+// Endpoints is bootstrap.endpoints.
+type Endpoints struct {
+	// Credentials is the directory of a mounted Secret with OS_AUTH_URL,
+	// OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME (and the domains).
+	Credentials string `json:"credentials"`
+	Type        string `json:"type"` // the catalog's service type: image, identity, ...
+	Name        string `json:"name"` // glance, keystone, ...
+	Description string `json:"description,omitempty"`
+	Region      string `json:"region,omitempty"`
+	// Public is where users reach the service (its Service's exposure);
+	// Internal and Admin default to the Service's cluster URL.
+	Public   *EndpointURL `json:"public,omitempty"`
+	Internal *EndpointURL `json:"internal,omitempty"`
+	Admin    *EndpointURL `json:"admin,omitempty"`
+}
+
+// EndpointURL is one interface's URL: a Service (NAME or NAME.NAMESPACE)
+// and a path, or a URL as it is.
+type EndpointURL struct {
+	Service string `json:"service,omitempty"`
+	Path    string `json:"path,omitempty"`
+	URL     string `json:"url,omitempty"`
 }
 
 // Phase is one step of an upgrade.
@@ -146,8 +173,12 @@ func (b *Bootstrap) WaitJobs() ([]discovery.Dependency, error) {
 
 func (c *Config) validateBootstrap() error {
 	b := &c.Bootstrap
+	if err := b.validateEndpoints(); err != nil {
+		return err
+	}
 	if b.Mode == "" {
-		if !reflect.DeepEqual(*b, Bootstrap{}) {
+		// endpoints alone need no mode: the catalog is kept by every replica
+		if !reflect.DeepEqual(Bootstrap{Endpoints: b.Endpoints}, *b) {
 			return fmt.Errorf("bootstrap.mode: empty (want create, wait or lease)")
 		}
 		return nil
@@ -224,6 +255,49 @@ func (c *Config) validateBootstrap() error {
 		}
 		if _, err := b.WaitJobs(); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+var serviceRef = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`)
+
+func (b *Bootstrap) validateEndpoints() error {
+	e := b.Endpoints
+	if e == nil {
+		return nil
+	}
+	switch {
+	case e.Credentials == "":
+		return fmt.Errorf("bootstrap.endpoints.credentials: empty (the directory of the Secret with OS_AUTH_URL, OS_USERNAME, ...)")
+	case !path.IsAbs(e.Credentials):
+		return fmt.Errorf("bootstrap.endpoints.credentials: %q is not an absolute path", e.Credentials)
+	case e.Type == "":
+		return fmt.Errorf("bootstrap.endpoints.type: empty (the catalog's service type: image, identity, ...)")
+	case e.Name == "":
+		return fmt.Errorf("bootstrap.endpoints.name: empty")
+	case e.Public == nil && e.Internal == nil && e.Admin == nil:
+		return fmt.Errorf("bootstrap.endpoints: no public, internal or admin endpoint")
+	}
+	for _, f := range []struct {
+		name string
+		u    *EndpointURL
+	}{{"public", e.Public}, {"internal", e.Internal}, {"admin", e.Admin}} {
+		if f.u == nil {
+			continue
+		}
+		field := "bootstrap.endpoints." + f.name
+		switch {
+		case (f.u.Service == "") == (f.u.URL == ""):
+			return fmt.Errorf("%s: give one of service and url", field)
+		case f.u.Service != "" && !serviceRef.MatchString(f.u.Service):
+			return fmt.Errorf("%s.service: %q (want NAME or NAME.NAMESPACE)", field, f.u.Service)
+		case f.u.URL != "" && f.u.Path != "":
+			return fmt.Errorf("%s.path: only with service (put the path in the url)", field)
+		case f.u.URL != "" && !strings.HasPrefix(f.u.URL, "http://") && !strings.HasPrefix(f.u.URL, "https://"):
+			return fmt.Errorf("%s.url: %q is not an http(s) URL", field, f.u.URL)
+		case f.u.Path != "" && !strings.HasPrefix(f.u.Path, "/"):
+			return fmt.Errorf("%s.path: %q does not start with /", field, f.u.Path)
 		}
 	}
 	return nil

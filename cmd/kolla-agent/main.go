@@ -54,6 +54,10 @@ Commands:
                        agent.yaml, or kolla's command), or kolla's bootstrap or
                        upgrade command when KOLLA_BOOTSTRAP/KOLLA_UPGRADE is set;
                        exits with the service's code (128+N if signal N killed it)
+  endpoints [--dry-run]
+                       make the Keystone catalog say where the service is
+                       (bootstrap.endpoints): public URL from the Service's
+                       exposure; print what changed
   bootstrap -- CMD...  the bootstrap Job's container: run CMD, pass its output
                        through, exit with its code; on failure write the
                        reason and the last output to the termination message
@@ -160,6 +164,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stderr, "Usage: kolla-agent run [flags] [-- CMD...]\n\nWaits, renders, then runs the service and exits with its code.\n\n")
 			fs.PrintDefaults()
 		}
+	case "endpoints":
+		fs.BoolVar(&dryRun, "dry-run", false, "print what would change, writing nothing")
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent endpoints [--dry-run]\n\nMakes the Keystone catalog say where the service is (bootstrap.endpoints of agent.yaml) and prints what changed.\n\n")
+			fs.PrintDefaults()
+		}
 	case "bootstrap":
 		fs.Usage = func() {
 			fmt.Fprint(stderr, "Usage: kolla-agent bootstrap [flags] -- CMD...\n\nRuns the bootstrap command (a bootstrap Job's container) and exits with its code.\n\n")
@@ -237,6 +247,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitCode(logger, err)
 		}
 		return code
+	case "endpoints":
+		changes, err := a.Endpoints(ctx, plan, dryRun)
+		for _, c := range changes {
+			prefix := ""
+			if dryRun {
+				prefix = "would "
+			}
+			fmt.Fprintln(stdout, prefix+c.String())
+		}
+		if err == nil && len(changes) == 0 {
+			fmt.Fprintln(stdout, "the catalog is up to date")
+		}
+		return exitCode(logger, err)
 	case "bootstrap":
 		code, err := a.BootstrapCommand(ctx, plan, fs.Args())
 		if err != nil && code == 0 {

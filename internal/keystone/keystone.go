@@ -143,6 +143,14 @@ func Prepare(dir string) (*Instance, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	// Write-ahead logging, kept in the database file: without it a reader
+	// that keystone leaves open locks every write out ("database is
+	// locked" after sqlite's busy timeout), and the API can read but not
+	// write.
+	wal := exec.Command("/usr/bin/python3", "-c", "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('PRAGMA journal_mode=WAL').fetchone()[0])", filepath.Join(dir, "keystone.db"))
+	if out, err := wal.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "wal" {
+		return nil, fmt.Errorf("keystone: journal_mode=WAL: %v: %s", err, out)
+	}
 	return i, nil
 }
 

@@ -1,0 +1,82 @@
+package agent
+
+import (
+	"context"
+	"strings"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/bootstrap"
+	"github.com/kolla-agent/kolla-agent/discovery"
+)
+
+// Endpoints is `kolla-agent endpoints [--dry-run]` and the bootstrap's last
+// step: make the Keystone catalog say where the service is, the public URL
+// from its Service's exposure (LoadBalancer, NodePort, Route, Ingress),
+// the internal and admin URLs from the Service's cluster name and port. It
+// returns what it changed (or would change): nothing when the catalog is
+// right already.
+func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstrap.Change, error) {
+	e := config0(p).Bootstrap.Endpoints
+	if e == nil {
+		return nil, configErr("%s: no bootstrap.endpoints", p.Source)
+	}
+	cred, err := bootstrap.ReadCredentials(a.path(e.Credentials))
+	if err != nil {
+		return nil, configErr("%s: bootstrap.endpoints.credentials: %v", p.Source, err)
+	}
+	kube, err := a.kubeClient()
+	if err != nil {
+		return nil, err
+	}
+	var w *discovery.Waiter
+	if kube != nil {
+		if w, err = discovery.New(discovery.Config{Kube: kube, Namespace: p.Namespace, Logger: a.log}); err != nil {
+			return nil, err
+		}
+	}
+	domain := a.templateOptions(p).ClusterDomain
+	reg := bootstrap.Registration{Type: e.Type, Name: e.Name, Description: e.Description, Region: e.Region, URLs: map[string]string{}}
+	for _, f := range []struct {
+		iface  string
+		u      *config.EndpointURL
+		public bool
+	}{{"public", e.Public, true}, {"internal", e.Internal, false}, {"admin", e.Admin, false}} {
+		if f.u == nil {
+			continue
+		}
+		field := "bootstrap.endpoints." + f.iface
+		if f.u.URL != "" {
+			reg.URLs[f.iface] = f.u.URL
+			continue
+		}
+		if w == nil {
+			return nil, configErr("%s: %s.service needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", p.Source, field)
+		}
+		name, ns, _ := strings.Cut(f.u.Service, ".")
+		if ns == "" {
+			ns = p.Namespace
+		}
+		if f.public {
+			x, err := w.Exposure(ctx, ns, name)
+			if err != nil {
+				return nil, err
+			}
+			reg.URLs[f.iface] = x.URL(f.u.Path)
+			continue
+		}
+		if domain == "" {
+			return nil, configErr("%s: %s: the cluster domain is unknown (CLUSTER_DOMAIN, --cluster-domain)", p.Source, field)
+		}
+		scheme, port, err := w.ServicePort(ctx, ns, name)
+		if err != nil {
+			return nil, err
+		}
+		x := discovery.Exposure{Scheme: scheme, Host: name + "." + ns + ".svc." + strings.TrimSuffix(domain, "."), Port: port}
+		reg.URLs[f.iface] = x.URL(f.u.Path)
+	}
+	changes, err := bootstrap.Register(ctx, cred, reg, dryRun)
+	for _, c := range changes {
+		a.log.Info("keystone catalog", "change", c.String(), "dry_run", dryRun)
+	}
+	return changes, err
+}

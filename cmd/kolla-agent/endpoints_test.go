@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kolla-agent/kolla-agent/internal/keystone"
+)
+
+// catalog asks the real Keystone for the endpoints of the service named
+// name, as interface -> URLs.
+func catalog(t *testing.T, base, name string) map[string][]string {
+	t.Helper()
+	auth := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":%q,"password":%q,"domain":{"name":"Default"}}}},"scope":{"project":{"name":%q,"domain":{"name":"Default"}}}}}`,
+		keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject)
+	resp, err := http.Post(base+"/v3/auth/tokens", "application/json", bytes.NewReader([]byte(auth)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	token := resp.Header.Get("X-Subject-Token")
+	get := func(path string, out any) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("X-Auth-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var svcs struct {
+		Services []struct{ ID, Name string } `json:"services"`
+	}
+	get("/v3/services", &svcs)
+	out := map[string][]string{}
+	for _, s := range svcs.Services {
+		if s.Name != name {
+			continue
+		}
+		var eps struct {
+			Endpoints []struct {
+				Interface, URL string
+				Region     string `json:"region_id"`
+			} `json:"endpoints"`
+		}
+		get("/v3/endpoints?service_id="+s.ID, &eps)
+		for _, e := range eps.Endpoints {
+			out[e.Interface] = append(out[e.Interface], e.URL+" "+e.Region)
+		}
+	}
+	return out
+}
+
+// Registration in the real Keystone: glance's public endpoint from its
+// Service's LoadBalancer ingress, the internal one from its cluster name;
+// a dry run changes nothing; the LoadBalancer's IP changes (written through
+// the status subresource, as a cloud controller would) -> the public URL
+// follows; a second run changes nothing; never a duplicate.
+func TestEndpointsRegistration(t *testing.T) {
+	inst, err := keystoneOnce()
+	if err != nil {
+		t.Fatalf("keystone: %v", err)
+	}
+	ks := inst.Start(t, 0)
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(inst.LogFile)
+			t.Logf("keystone log (end):\n%s", b[max(0, len(b)-4000):])
+		}
+	})
+	if _, err := ks.WaitReady(90 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t)
+	name := "glance-" + ns[len(ns)-5:] // the shared Keystone outlives the test
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "glance-api"},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Selector: map[string]string{"app": "glance"}, Ports: []corev1.ServicePort{{Name: "api", Port: 9292}}},
+	}
+	svc, err = client().CoreV1().Services(ns).Create(ctxT(t), svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setLB := func(ip string) {
+		t.Helper()
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		if svc, err = client().CoreV1().Services(ns).UpdateStatus(ctxT(t), svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLB("203.0.113.30")
+	creds := t.TempDir()
+	for k, v := range map[string]string{"OS_AUTH_URL": ks.URL + "/v3", "OS_USERNAME": keystone.AdminUser, "OS_PASSWORD": keystone.AdminPassword, "OS_PROJECT_NAME": keystone.AdminProject} {
+		os.WriteFile(filepath.Join(creds, k), []byte(v+"\n"), 0o600)
+	}
+	cfg := agentYAML(t, fmt.Sprintf(`namespace: %s
+bootstrap:
+  endpoints:
+    credentials: %s
+    type: image
+    name: %s
+    region: RegionOne
+    public: {service: glance-api}
+    internal: {service: glance-api}
+`, ns, creds, name))
+	env := exposureEnv(t, ns)
+	internal := fmt.Sprintf("http://glance-api.%s.svc.%s:9292 RegionOne", ns, s.env.ClusterDomain)
+
+	dry := startAgent(t, env, "--config", cfg, "endpoints", "--dry-run")
+	dry.wantExit(0)
+	if out := dry.out.String(); !strings.Contains(out, "would create public endpoint of "+name+": http://203.0.113.30:9292") {
+		t.Errorf("dry run:\n%s", out)
+	}
+	if got := catalog(t, ks.URL, name); len(got) != 0 {
+		t.Fatalf("a dry run changed the catalog: %v", got)
+	}
+
+	// As the bootstrap's last step (no mode: the catalog alone).
+	first := startAgent(t, env, "--config", cfg, "init")
+	first.wantExit(0)
+	got := catalog(t, ks.URL, name)
+	if len(got["public"]) != 1 || got["public"][0] != "http://203.0.113.30:9292 RegionOne" || len(got["internal"]) != 1 || got["internal"][0] != internal {
+		t.Fatalf("catalog %v, want one public http://203.0.113.30:9292 and one internal %s", got, internal)
+	}
+
+	setLB("203.0.113.31")
+	moved := startAgent(t, env, "--config", cfg, "endpoints")
+	moved.wantExit(0)
+	if out := moved.out.String(); !strings.Contains(out, "update public endpoint of "+name+": http://203.0.113.30:9292 -> http://203.0.113.31:9292") {
+		t.Errorf("the moved LoadBalancer:\n%s", out)
+	}
+	got = catalog(t, ks.URL, name)
+	if len(got["public"]) != 1 || got["public"][0] != "http://203.0.113.31:9292 RegionOne" || len(got["internal"]) != 1 {
+		t.Fatalf("catalog after the move %v", got)
+	}
+	again := startAgent(t, env, "--config", cfg, "endpoints")
+	again.wantExit(0)
+	if out := again.out.String(); !strings.Contains(out, "the catalog is up to date") {
+		t.Errorf("a second run changed something:\n%s", out)
+	}
+
+	// Bad input: a wrong password is a clear failure, exit 2.
+	os.WriteFile(filepath.Join(creds, "OS_PASSWORD"), []byte("wrong"), 0o600)
+	bad := startAgent(t, env, "--config", cfg, "endpoints")
+	bad.wantExit(2)
+	if out := bad.out.String(); !strings.Contains(out, "authenticating as admin") || !strings.Contains(out, "HTTP 401") {
+		t.Errorf("a wrong password:\n%s", out)
+	}
+	os.Remove(filepath.Join(creds, "OS_PASSWORD"))
+	missing := startAgent(t, env, "--config", cfg, "endpoints")
+	missing.wantExit(1)
+	if out := missing.out.String(); !strings.Contains(out, "bootstrap.endpoints.credentials") || !strings.Contains(out, "OS_PASSWORD") {
+		t.Errorf("a Secret without OS_PASSWORD:\n%s", out)
+	}
+}
