@@ -53,7 +53,7 @@ func catalog(t *testing.T, base, name string) map[string][]string {
 		var eps struct {
 			Endpoints []struct {
 				Interface, URL string
-				Region     string `json:"region_id"`
+				Region         string `json:"region_id"`
 			} `json:"endpoints"`
 		}
 		get("/v3/endpoints?service_id="+s.ID, &eps)
