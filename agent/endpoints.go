@@ -80,3 +80,51 @@ func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstra
 	}
 	return changes, err
 }
+
+// followEndpoints keeps the catalog on the public address while the
+// service runs: it follows the Service's exposure (one watch) and registers
+// again when the address changes, e.g. a new LoadBalancer IP. Every replica
+// does it; the first to see a change updates the catalog, the others find
+// it right (Register is idempotent). It returns when ctx ends or on an
+// error, for sideDuty to retry.
+func (a *Agent) followEndpoints(ctx context.Context, p *Plan) error {
+	e := config0(p).Bootstrap.Endpoints
+	kube, err := a.kubeClient()
+	if err != nil || kube == nil {
+		return err
+	}
+	name, ns, _ := strings.Cut(e.Public.Service, ".")
+	if ns == "" {
+		ns = p.Namespace
+	}
+	w, err := discovery.New(discovery.Config{Kube: kube, Namespace: p.Namespace, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	last := ""
+	failed := make(chan error, 1)
+	err = w.Follow(fctx, discovery.Dependency{Kind: discovery.KindExposed, Namespace: ns, Name: name}, func(o discovery.Observation) {
+		if o.State != discovery.Ready || o.Detail == last {
+			return
+		}
+		last = o.Detail
+		// The first look too: after a restart of this duty a change may
+		// have been missed (a look that finds the catalog right writes
+		// nothing).
+		if _, err := a.Endpoints(fctx, p, false); err != nil && fctx.Err() == nil {
+			select {
+			case failed <- err:
+			default:
+			}
+			cancel() // sideDuty reports it and starts again
+		}
+	})
+	select {
+	case err := <-failed:
+		return err
+	default:
+	}
+	return err
+}

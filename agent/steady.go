@@ -119,7 +119,16 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		}, func(error) { rcancel() })
 	}
 
-	// 5. The probe server, already serving (startProbes), stopped last:
+	// 5. The Keystone catalog follows the public address.
+	if cfg.Bootstrap.FollowsExposure() && svc != nil {
+		ectx, ecancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			a.sideDuty(ectx, "endpoints", func(ctx context.Context) error { return a.followEndpoints(ctx, p) })
+			return nil
+		}, func(error) { ecancel() })
+	}
+
+	// 6. The probe server, already serving (startProbes), stopped last:
 	// run.Group calls the interrupts in this order, and the service's
 	// returns only once the service is gone. (With no listener configured
 	// pr has nothing to wait for: this actor still waits for the stop.)

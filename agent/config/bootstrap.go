@@ -139,6 +139,12 @@ func (b *Bootstrap) HasLater() bool {
 	return false
 }
 
+// FollowsExposure reports whether the catalog's public URL comes from a
+// Service's exposure, which `run` follows beside the service.
+func (b *Bootstrap) FollowsExposure() bool {
+	return b.Endpoints != nil && b.Endpoints.Public != nil && b.Endpoints.Public.Service != ""
+}
+
 // Enabled reports whether a bootstrap is configured.
 func (b *Bootstrap) Enabled() bool { return b.Mode != "" }
 

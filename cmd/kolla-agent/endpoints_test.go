@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,6 +152,21 @@ bootstrap:
 	if out := again.out.String(); !strings.Contains(out, "the catalog is up to date") {
 		t.Errorf("a second run changed something:\n%s", out)
 	}
+
+	// Beside the running service, the catalog follows the address: a new
+	// LoadBalancer IP is in the catalog within seconds, with no restart.
+	running := startAgent(t, env, "--config", cfg, "run", "--", "sleep", "300")
+	running.waitLog("keystone catalog up to date")
+	setLB("203.0.113.32")
+	eventually(t, "the catalog following the new LoadBalancer IP", func() bool {
+		got := catalog(t, ks.URL, name)
+		return len(got["public"]) == 1 && got["public"][0] == "http://203.0.113.32:9292 RegionOne"
+	})
+	if got := catalog(t, ks.URL, name); len(got["internal"]) != 1 {
+		t.Errorf("catalog %v", got)
+	}
+	running.cmd.Process.Signal(syscall.SIGTERM)
+	running.wantExit(143)
 
 	// Bad input: a wrong password is a clear failure, exit 2.
 	os.WriteFile(filepath.Join(creds, "OS_PASSWORD"), []byte("wrong"), 0o600)
