@@ -178,11 +178,24 @@ func TestParseBootstrapBad(t *testing.T) {
 	lease := func(s string) string { return "bootstrap:\n  mode: lease\n  name: x\n" + s }
 	wait := func(s string) string { return "bootstrap:\n  mode: wait\n  name: x\n" + s }
 	long := strings.Repeat("a", 64)
+	ep := func(s string) string { return "bootstrap:\n  endpoints:\n" + indent(s) }
 	for _, tc := range []struct{ name, yaml, want string }{
 		// Decoding.
 		{"unknown field", create("  jbo: /j.yaml\n"), `unknown field "jbo"`},
 		{"unknown phase field", create("  phases: [{name: expand, after: true}]\n"), `unknown field "after"`},
 		{"retries not a number", create("  retries: two\n"), "field bootstrap.retries (want int)"},
+		// validateEndpoints.
+		{"endpoints without credentials", ep("  type: image\n  name: glance\n  public: {service: glance-api}\n"), "bootstrap.endpoints.credentials: empty"},
+		{"endpoints relative credentials", ep("  credentials: secret\n  type: image\n  name: glance\n  public: {service: glance-api}\n"), `bootstrap.endpoints.credentials: "secret" is not an absolute path`},
+		{"endpoints without type", ep("  credentials: /s\n  name: glance\n  public: {service: glance-api}\n"), "bootstrap.endpoints.type: empty"},
+		{"endpoints without name", ep("  credentials: /s\n  type: image\n  public: {service: glance-api}\n"), "bootstrap.endpoints.name: empty"},
+		{"endpoints without any", ep("  credentials: /s\n  type: image\n  name: glance\n"), "bootstrap.endpoints: no public, internal or admin endpoint"},
+		{"endpoint with service and url", ep("  credentials: /s\n  type: image\n  name: glance\n  public: {service: g, url: http://x}\n"), "bootstrap.endpoints.public: give one of service and url"},
+		{"endpoint with neither", ep("  credentials: /s\n  type: image\n  name: glance\n  internal: {path: /v2}\n"), "bootstrap.endpoints.internal: give one of service and url"},
+		{"endpoint bad service", ep("  credentials: /s\n  type: image\n  name: glance\n  public: {service: Glance_API}\n"), `bootstrap.endpoints.public.service: "Glance_API"`},
+		{"endpoint url with path", ep("  credentials: /s\n  type: image\n  name: glance\n  admin: {url: \"http://x\", path: /v2}\n"), "bootstrap.endpoints.admin.path: only with service"},
+		{"endpoint not http", ep("  credentials: /s\n  type: image\n  name: glance\n  admin: {url: \"ftp://x\"}\n"), `bootstrap.endpoints.admin.url: "ftp://x" is not an http(s) URL`},
+		{"endpoint relative path", ep("  credentials: /s\n  type: image\n  name: glance\n  public: {service: glance-api, path: v2}\n"), `bootstrap.endpoints.public.path: "v2" does not start with /`},
 		// validateBootstrap.
 		{"no mode", "bootstrap:\n  name: x\n", "bootstrap.mode: empty"},
 		{"no mode with phases", "bootstrap:\n  phases: [{name: expand}]\n", "bootstrap.mode: empty"},
@@ -245,5 +258,37 @@ func TestParseBootstrapBad(t *testing.T) {
 				t.Errorf("error %q\nwant it to start with the file name and contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// indent puts a bootstrap.endpoints body two more spaces in.
+func indent(s string) string {
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = "  " + l
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// bootstrap.endpoints alone, without a mode: the catalog is kept, and `run`
+// follows the public address.
+func TestParseEndpointsOnly(t *testing.T) {
+	c, err := Parse("agent.yaml", []byte(`
+bootstrap:
+  endpoints:
+    credentials: /etc/keystone-admin
+    type: image
+    name: glance
+    region: RegionOne
+    public: {service: glance-api}
+    internal: {service: glance-api.openstack, path: /}
+    admin: {url: "http://glance.admin:9292"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Bootstrap
+	if b.Enabled() || b.Endpoints == nil || b.Endpoints.Internal.Service != "glance-api.openstack" || !b.FollowsExposure() || !c.SteadyState() {
+		t.Errorf("%+v", b)
 	}
 }
