@@ -271,9 +271,15 @@ func (r *bootRun) step(ctx context.Context, s bootstrap.Step) error {
 		}
 		return r.coord.Create(ctx, s, spec, r.cfg.Retries)
 	case config.BootstrapLease:
-		argv, err := shlex.Split(r.command(s))
+		// The command is a template too, so that, say, keystone-manage
+		// bootstrap gets --bootstrap-public-url {{ publicURL ... }}.
+		cmd, err := render.RenderTemplate(ctx, "bootstrap.command", []byte(r.command(s)), r.a.templateOptions(r.p))
+		if err != nil {
+			return templateErr(r.p, err)
+		}
+		argv, err := shlex.Split(string(cmd))
 		if err != nil || len(argv) == 0 {
-			return configErr("%s: bootstrap.command %q: not a command", r.p.Source, r.command(s))
+			return configErr("%s: bootstrap.command %q: not a command", r.p.Source, cmd)
 		}
 		return r.coord.Lease(ctx, s, bootstrap.LeaseOptions{Duration: r.cfg.Lease()}, func(ctx context.Context) (int, error) {
 			return r.a.runCommand(ctx, r.p, argv)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kolla-agent/kolla-agent/internal/keystone"
+	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
 
 // catalog asks the real Keystone for the endpoints of the service named
@@ -180,5 +182,38 @@ bootstrap:
 	missing.wantExit(1)
 	if out := missing.out.String(); !strings.Contains(out, "bootstrap.endpoints.credentials") || !strings.Contains(out, "OS_PASSWORD") {
 		t.Errorf("a Secret without OS_PASSWORD:\n%s", out)
+	}
+}
+
+// keystone-manage bootstrap with the URLs the cluster gives: in lease mode
+// the command is a template, so --bootstrap-public-url comes from the
+// NodePort the real API server allocated (on a node's address) and
+// --bootstrap-internal-url from the Service's cluster name. The real
+// keystone-manage db_sync and bootstrap write them into the catalog.
+func TestKeystoneBootstrapDiscoveredURLs(t *testing.T) {
+	ns := namespace(t)
+	conf, db, ksEnv := freshKeystoneDB(t)
+	if err := s.env.Kubelet().EnsureNode(ctxT(t), testenv.DefaultNode); err != nil {
+		t.Fatal(err)
+	}
+	svc := mkExposedService(t, ns, "keystone", corev1.ServiceTypeNodePort, nil)
+	nodePort := svc.Spec.Ports[0].NodePort
+	mkPod(t, ns, "keystone-0", nil, "keystone")
+	manage := "/usr/bin/keystone-manage --config-file " + conf
+	command := fmt.Sprintf(`bash -c '%s db_sync && %s bootstrap --bootstrap-password %s --bootstrap-username admin --bootstrap-project-name admin --bootstrap-region-id RegionOne --bootstrap-public-url {{ publicURL "keystone" "/v3" }} --bootstrap-internal-url {{ internalURL "keystone" "/v3" }}'`,
+		manage, manage, keystone.AdminPassword)
+	cfg := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  mode: lease\n  name: keystone-bootstrap\n  command: %q\n  timeout: 3m\n", ns, command))
+	env := withEnv(agentEnvWith(t, ns, []string{"examples/rbac/bootstrap-lease.yaml", "examples/rbac/exposure.yaml"}), ksEnv...)
+	a := startAgent(t, withEnv(env, "POD_NAME=keystone-0"), "--config", cfg, "init")
+	a.wantExit(0)
+	out, err := exec.Command("/usr/bin/python3", "-c",
+		"import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); [print(i, u) for i, u in c.execute('select interface, url from endpoint order by interface')]", db).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	internal := fmt.Sprintf("internal http://keystone.%s.svc.%s:5000/v3", ns, s.env.ClusterDomain)
+	if len(lines) != 2 || lines[0] != internal || !strings.HasPrefix(lines[1], "public http://") || !strings.HasSuffix(lines[1], fmt.Sprintf(":%d/v3", nodePort)) {
+		t.Errorf("keystone's catalog:\n%s\nwant %q and public http://NODE:%d/v3", out, internal, nodePort)
 	}
 }
