@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
@@ -74,6 +76,21 @@ func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstra
 		x := discovery.Exposure{Scheme: scheme, Host: name + "." + ns + ".svc." + strings.TrimSuffix(domain, "."), Port: port}
 		reg.URLs[f.iface] = x.URL(f.u.Path)
 	}
+	if !dryRun && kube != nil {
+		// One replica at a time: two that both find no endpoint would
+		// both create one. The Lease is held only for the few calls.
+		pod := p.PodName
+		if pod == "" {
+			pod, _ = os.Hostname()
+		}
+		l := &bootstrap.Lease{Kube: kube, Namespace: p.Namespace, Name: catalogLease(e.Name), Identity: pod}
+		held, release, err := l.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("lease %s for the catalog: %w", l.Name, err)
+		}
+		defer release()
+		ctx = held
+	}
 	changes, err := bootstrap.Register(ctx, cred, reg, dryRun)
 	for _, c := range changes {
 		a.log.Info("keystone catalog", "change", c.String(), "dry_run", dryRun)
@@ -127,4 +144,16 @@ func (a *Agent) followEndpoints(ctx context.Context, p *Plan) error {
 	default:
 	}
 	return err
+}
+
+// catalogLease names the Lease that serialises one service's catalog
+// writes: kolla-catalog-<name>, made a DNS label.
+func catalogLease(name string) string {
+	b := []byte("kolla-catalog-" + strings.ToLower(name))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	return strings.TrimRight(string(b[:min(len(b), 63)]), "-")
 }

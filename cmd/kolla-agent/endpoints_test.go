@@ -170,6 +170,21 @@ bootstrap:
 	running.cmd.Process.Signal(syscall.SIGTERM)
 	running.wantExit(143)
 
+	// Five replicas registering a new service at once: one service, one
+	// endpoint per interface (the Lease lets one write at a time).
+	name2 := name + "-b"
+	cfg2 := agentYAML(t, strings.Replace(mustRead(t, cfg), "name: "+name, "name: "+name2, 1))
+	var herd []*agentProc
+	for i := range 5 {
+		herd = append(herd, startAgent(t, withEnv(env, fmt.Sprintf("POD_NAME=glance-api-%d", i)), "--config", cfg2, "endpoints"))
+	}
+	for _, a := range herd {
+		a.wantExit(0)
+	}
+	if got := catalog(t, ks.URL, name2); len(got["public"]) != 1 || len(got["internal"]) != 1 {
+		t.Errorf("five replicas at once made %v, want one public and one internal endpoint", got)
+	}
+
 	// Bad input: a wrong password is a clear failure, exit 2.
 	os.WriteFile(filepath.Join(creds, "OS_PASSWORD"), []byte("wrong"), 0o600)
 	bad := startAgent(t, env, "--config", cfg, "endpoints")
