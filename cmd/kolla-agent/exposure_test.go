@@ -225,3 +225,37 @@ internal = {{ internalURL "keystone.`+ns+`" "/v3" }}
 		t.Errorf("a ClusterIP Service's public URL:\n%s", out)
 	}
 }
+
+// The API server SIGKILLed while an exposed: wait watches a LoadBalancer
+// Service: the wait reports the outage, resumes when the API server is back,
+// and passes once the ingress IP is written. Nothing panics.
+func TestExposedSurvivesAPIServerKill(t *testing.T) {
+	ns := namespace(t)
+	svc := mkExposedService(t, ns, "keystone", corev1.ServiceTypeLoadBalancer, nil)
+	a := startAgent(t, exposureEnv(t, ns), "wait", "--timeout", "2m", "exposed:keystone")
+	a.waitLog("LoadBalancer has no ingress yet")
+	if err := s.env.KillAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	restarted := false
+	t.Cleanup(func() {
+		if !restarted {
+			s.env.StartAPIServer()
+		}
+	})
+	a.waitLog("unhealthy")
+	a.running()
+	restarted = true
+	if err := s.env.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.40"}}
+	eventually(t, "the status written after the restart", func() bool {
+		_, err := client().CoreV1().Services(ns).UpdateStatus(ctxT(t), svc, metav1.UpdateOptions{})
+		return err == nil
+	})
+	a.wantExit(0)
+	if !strings.Contains(a.out.String(), "exposed at http://203.0.113.40:5000") {
+		t.Errorf("after the API server came back:\n%s", a.out.String())
+	}
+}
