@@ -122,6 +122,19 @@ func (a *Agent) afterRollout(ctx context.Context, p *Plan) {
 	}
 }
 
+// podIdentity names this replica (a Lease holder, a Job's creator): POD_NAME,
+// else the hostname, which is the pod's name unless the spec sets hostname.
+func podIdentity(p *Plan) (string, error) {
+	if p.PodName != "" {
+		return p.PodName, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("POD_NAME is not set and the hostname is unknown: %v", err)
+	}
+	return h, nil
+}
+
 // bootRun is one bootstrap's resolved inputs.
 type bootRun struct {
 	a       *Agent
@@ -157,12 +170,9 @@ func (a *Agent) bootstrapRun(ctx context.Context, p *Plan) (*bootRun, error) {
 	if kube == nil {
 		return nil, configErr("%s: bootstrap needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", p.Source)
 	}
-	pod := p.PodName
-	if pod == "" {
-		// The pod's hostname is its name unless the spec sets hostname.
-		if pod, err = os.Hostname(); err != nil {
-			return nil, configErr("bootstrap: POD_NAME is not set and the hostname is unknown: %v", err)
-		}
+	pod, err := podIdentity(p)
+	if err != nil {
+		return nil, configErr("bootstrap: %v", err)
 	}
 	r := &bootRun{a: a, p: p, cfg: b, kube: kube, pod: pod}
 	r.coord, err = bootstrap.New(bootstrap.Config{

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
@@ -54,10 +53,7 @@ func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstra
 		if w == nil {
 			return nil, configErr("%s: %s.service needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", p.Source, field)
 		}
-		name, ns, _ := strings.Cut(f.u.Service, ".")
-		if ns == "" {
-			ns = p.Namespace
-		}
+		ns, name := serviceRef(f.u.Service, p.Namespace)
 		if f.public {
 			x, err := w.Exposure(ctx, ns, name)
 			if err != nil {
@@ -79,9 +75,9 @@ func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstra
 	if !dryRun && kube != nil {
 		// One replica at a time: two that both find no endpoint would
 		// both create one. The Lease is held only for the few calls.
-		pod := p.PodName
-		if pod == "" {
-			pod, _ = os.Hostname()
+		pod, err := podIdentity(p)
+		if err != nil {
+			return nil, configErr("bootstrap.endpoints: %v", err)
 		}
 		l := &bootstrap.Lease{Kube: kube, Namespace: p.Namespace, Name: catalogLease(e.Name), Identity: pod}
 		held, release, err := l.Acquire(ctx)
@@ -110,10 +106,7 @@ func (a *Agent) followEndpoints(ctx context.Context, p *Plan) error {
 	if err != nil || kube == nil {
 		return err
 	}
-	name, ns, _ := strings.Cut(e.Public.Service, ".")
-	if ns == "" {
-		ns = p.Namespace
-	}
+	ns, name := serviceRef(e.Public.Service, p.Namespace)
 	w, err := discovery.New(discovery.Config{Kube: kube, Namespace: p.Namespace, Logger: a.log})
 	if err != nil {
 		return err
@@ -144,6 +137,15 @@ func (a *Agent) followEndpoints(ctx context.Context, p *Plan) error {
 	default:
 	}
 	return err
+}
+
+// serviceRef splits NAME[.NAMESPACE], the namespace defaulting to ns.
+func serviceRef(ref, ns string) (namespace, name string) {
+	name, namespace, _ = strings.Cut(ref, ".")
+	if namespace == "" {
+		namespace = ns
+	}
+	return namespace, name
 }
 
 // catalogLease names the Lease that serialises one service's catalog

@@ -4,101 +4,71 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
-func svcOf(typ string, port, nodePort int, ann map[string]string, lb ...string) *service {
-	s := &service{ObjectMeta: metav1.ObjectMeta{Name: "keystone", Namespace: "openstack", Annotations: ann}}
-	s.Spec.Type = typ
-	if port != 0 {
-		s.Spec.Ports = append(s.Spec.Ports, struct {
-			Name     string `json:"name,omitempty"`
-			Port     int    `json:"port"`
-			NodePort int    `json:"nodePort,omitempty"`
-		}{Port: port, NodePort: nodePort})
+// from decodes an object given as the API's JSON fields, as the watches'
+// objects are decoded.
+func from[T any](t *testing.T, obj map[string]any) *T {
+	t.Helper()
+	var v T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &v); err != nil {
+		t.Fatal(err)
 	}
-	for _, h := range lb {
-		in := struct {
-			IP       string `json:"ip,omitempty"`
-			Hostname string `json:"hostname,omitempty"`
-		}{IP: h}
-		if strings.ContainsAny(h, "abcdefghijklmnopqrstuvwxyz") {
-			in = struct {
-				IP       string `json:"ip,omitempty"`
-				Hostname string `json:"hostname,omitempty"`
-			}{Hostname: h}
-		}
-		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, in)
-	}
-	return s
+	return &v
 }
 
-func nodeOf(name string, ready bool, addrs ...string) *node {
-	n := &node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+func svcOf(t *testing.T, typ string, port, nodePort int, ann map[string]string, lb ...string) *service {
+	annotations := map[string]any{}
+	for k, v := range ann {
+		annotations[k] = v
+	}
+	var ports, ingress []any
+	if port != 0 {
+		ports = append(ports, map[string]any{"port": int64(port), "nodePort": int64(nodePort)})
+	}
+	for _, h := range lb {
+		if strings.ContainsAny(h, "abcdefghijklmnopqrstuvwxyz") {
+			ingress = append(ingress, map[string]any{"hostname": h})
+		} else {
+			ingress = append(ingress, map[string]any{"ip": h})
+		}
+	}
+	return from[service](t, map[string]any{
+		"metadata": map[string]any{"name": "keystone", "namespace": "openstack", "annotations": annotations},
+		"spec":     map[string]any{"type": typ, "ports": ports},
+		"status":   map[string]any{"loadBalancer": map[string]any{"ingress": ingress}},
+	})
+}
+
+func nodeOf(t *testing.T, name string, ready bool, addrs ...string) *node {
 	st := "False"
 	if ready {
 		st = "True"
 	}
-	n.Status.Conditions = []condition{{Type: "Ready", Status: st}}
+	var as []any
 	for i := 0; i+1 < len(addrs); i += 2 {
-		n.Status.Addresses = append(n.Status.Addresses, struct {
-			Type    string `json:"type"`
-			Address string `json:"address"`
-		}{addrs[i], addrs[i+1]})
+		as = append(as, map[string]any{"type": addrs[i], "address": addrs[i+1]})
 	}
-	return n
+	return from[node](t, map[string]any{
+		"metadata": map[string]any{"name": name},
+		"status":   map[string]any{"addresses": as, "conditions": []any{map[string]any{"type": "Ready", "status": st}}},
+	})
 }
 
-func ingressOf(name, host, backend string, tls bool) *ingress {
-	var i ingress
-	i.Name = name
-	type path = struct {
-		Backend struct {
-			Service *struct {
-				Name string `json:"name"`
-			} `json:"service,omitempty"`
-		} `json:"backend"`
-	}
-	var p path
-	p.Backend.Service = &struct {
-		Name string `json:"name"`
-	}{backend}
-	i.Spec.Rules = append(i.Spec.Rules, struct {
-		Host string `json:"host,omitempty"`
-		HTTP *struct {
-			Paths []struct {
-				Backend struct {
-					Service *struct {
-						Name string `json:"name"`
-					} `json:"service,omitempty"`
-				} `json:"backend"`
-			} `json:"paths"`
-		} `json:"http,omitempty"`
-	}{Host: host, HTTP: &struct {
-		Paths []struct {
-			Backend struct {
-				Service *struct {
-					Name string `json:"name"`
-				} `json:"service,omitempty"`
-			} `json:"backend"`
-		} `json:"paths"`
-	}{Paths: []struct {
-		Backend struct {
-			Service *struct {
-				Name string `json:"name"`
-			} `json:"service,omitempty"`
-		} `json:"backend"`
-	}{p}}})
+func ingressOf(t *testing.T, name, host, backend string, tls bool) *ingress {
+	spec := map[string]any{"rules": []any{map[string]any{
+		"host": host,
+		"http": map[string]any{"paths": []any{map[string]any{"backend": map[string]any{"service": map[string]any{"name": backend}}}}},
+	}}}
 	if tls {
-		i.Spec.TLS = append(i.Spec.TLS, struct {
-			Hosts []string `json:"hosts,omitempty"`
-		}{[]string{host}})
+		spec["tls"] = []any{map[string]any{"hosts": []any{host}}}
 	}
-	return &i
+	return from[ingress](t, map[string]any{"metadata": map[string]any{"name": name}, "spec": spec})
 }
 
 func TestExposureOf(t *testing.T) {
-	ready2 := []*node{nodeOf("n2", true, "InternalIP", "10.0.0.2"), nodeOf("n1", false, "ExternalIP", "192.0.2.1"), nodeOf("n3", true, "ExternalIP", "192.0.2.3", "InternalIP", "10.0.0.3")}
+	ready2 := []*node{nodeOf(t, "n2", true, "InternalIP", "10.0.0.2"), nodeOf(t, "n1", false, "ExternalIP", "192.0.2.1"), nodeOf(t, "n3", true, "ExternalIP", "192.0.2.3", "InternalIP", "10.0.0.3")}
 	for _, tc := range []struct {
 		name  string
 		svc   *service
@@ -108,22 +78,22 @@ func TestExposureOf(t *testing.T) {
 		want  string // URL, or text of the detail
 	}{
 		{"no service", nil, nil, nil, Waiting, "does not exist"},
-		{"load balancer ip", svcOf("LoadBalancer", 5000, 31000, nil, "203.0.113.7"), nil, nil, Ready, "http://203.0.113.7:5000"},
-		{"load balancer hostname", svcOf("LoadBalancer", 443, 0, nil, "lb.example.org"), nil, nil, Ready, "https://lb.example.org"},
-		{"load balancer pending", svcOf("LoadBalancer", 5000, 31000, nil), nil, nil, Waiting, "LoadBalancer has no ingress yet"},
-		{"floating ip annotation", svcOf("LoadBalancer", 5000, 0, map[string]string{AnnotationPublicHost: "198.51.100.9", AnnotationPublicScheme: "https", AnnotationPublicPort: "443"}), nil, nil, Ready, "https://198.51.100.9"},
-		{"node port, external ip of a ready node", svcOf("NodePort", 5000, 30500, nil), ready2, nil, Ready, "http://192.0.2.3:30500"},
-		{"node port, internal ip", svcOf("NodePort", 5000, 30500, nil), ready2[:2], nil, Ready, "http://10.0.0.2:30500"},
-		{"node port, no ready node", svcOf("NodePort", 5000, 30500, nil), ready2[1:2], nil, Waiting, "no ready node has an address"},
-		{"node port behind a VIP", svcOf("NodePort", 5000, 30500, map[string]string{AnnotationPublicHost: "keystone.example.org"}), nil, nil, Ready, "http://keystone.example.org:30500"},
-		{"cluster ip with no ingress", svcOf("", 5000, 0, nil), nil, nil, Failed, "service openstack/keystone is of type ClusterIP and no Ingress keystone exposes it"},
-		{"ingress", svcOf("ClusterIP", 5000, 0, nil), nil, ingressOf("keystone", "keystone.example.org", "keystone", false), Ready, "http://keystone.example.org"},
-		{"ingress with tls", svcOf("ClusterIP", 5000, 0, nil), nil, ingressOf("keystone", "keystone.example.org", "keystone", true), Ready, "https://keystone.example.org"},
-		{"ingress for another service", svcOf("ClusterIP", 5000, 0, nil), nil, ingressOf("keystone", "keystone.example.org", "glance", false), Failed, "Ingress keystone has no rule with a host for service keystone"},
-		{"external name", svcOf("ExternalName", 5000, 0, nil), nil, nil, Failed, "is of type ExternalName"},
-		{"no ports", svcOf("LoadBalancer", 0, 0, nil, "203.0.113.7"), nil, nil, Failed, "has no ports"},
-		{"bad scheme", svcOf("LoadBalancer", 5000, 0, map[string]string{AnnotationPublicScheme: "ftp"}, "203.0.113.7"), nil, nil, Failed, `kolla.openstack.org/public-scheme: "ftp"`},
-		{"bad port", svcOf("LoadBalancer", 5000, 0, map[string]string{AnnotationPublicPort: "http"}, "203.0.113.7"), nil, nil, Failed, `kolla.openstack.org/public-port: "http" is not a port`},
+		{"load balancer ip", svcOf(t, "LoadBalancer", 5000, 31000, nil, "203.0.113.7"), nil, nil, Ready, "http://203.0.113.7:5000"},
+		{"load balancer hostname", svcOf(t, "LoadBalancer", 443, 0, nil, "lb.example.org"), nil, nil, Ready, "https://lb.example.org"},
+		{"load balancer pending", svcOf(t, "LoadBalancer", 5000, 31000, nil), nil, nil, Waiting, "LoadBalancer has no ingress yet"},
+		{"floating ip annotation", svcOf(t, "LoadBalancer", 5000, 0, map[string]string{AnnotationPublicHost: "198.51.100.9", AnnotationPublicScheme: "https", AnnotationPublicPort: "443"}), nil, nil, Ready, "https://198.51.100.9"},
+		{"node port, external ip of a ready node", svcOf(t, "NodePort", 5000, 30500, nil), ready2, nil, Ready, "http://192.0.2.3:30500"},
+		{"node port, internal ip", svcOf(t, "NodePort", 5000, 30500, nil), ready2[:2], nil, Ready, "http://10.0.0.2:30500"},
+		{"node port, no ready node", svcOf(t, "NodePort", 5000, 30500, nil), ready2[1:2], nil, Waiting, "no ready node has an address"},
+		{"node port behind a VIP", svcOf(t, "NodePort", 5000, 30500, map[string]string{AnnotationPublicHost: "keystone.example.org"}), nil, nil, Ready, "http://keystone.example.org:30500"},
+		{"cluster ip with no ingress", svcOf(t, "", 5000, 0, nil), nil, nil, Failed, "service openstack/keystone is of type ClusterIP and no Ingress keystone exposes it"},
+		{"ingress", svcOf(t, "ClusterIP", 5000, 0, nil), nil, ingressOf(t, "keystone", "keystone.example.org", "keystone", false), Ready, "http://keystone.example.org"},
+		{"ingress with tls", svcOf(t, "ClusterIP", 5000, 0, nil), nil, ingressOf(t, "keystone", "keystone.example.org", "keystone", true), Ready, "https://keystone.example.org"},
+		{"ingress for another service", svcOf(t, "ClusterIP", 5000, 0, nil), nil, ingressOf(t, "keystone", "keystone.example.org", "glance", false), Failed, "Ingress keystone has no rule with a host for service keystone"},
+		{"external name", svcOf(t, "ExternalName", 5000, 0, nil), nil, nil, Failed, "is of type ExternalName"},
+		{"no ports", svcOf(t, "LoadBalancer", 0, 0, nil, "203.0.113.7"), nil, nil, Failed, "has no ports"},
+		{"bad scheme", svcOf(t, "LoadBalancer", 5000, 0, map[string]string{AnnotationPublicScheme: "ftp"}, "203.0.113.7"), nil, nil, Failed, `kolla.openstack.org/public-scheme: "ftp"`},
+		{"bad port", svcOf(t, "LoadBalancer", 5000, 0, map[string]string{AnnotationPublicPort: "http"}, "203.0.113.7"), nil, nil, Failed, `kolla.openstack.org/public-port: "http" is not a port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, o := exposureOf("service openstack/keystone", tc.svc, tc.nodes, fronts{route: "keystone", ingress: "keystone", ing: tc.ing, complete: true})
@@ -158,38 +128,37 @@ func TestExposureURL(t *testing.T) {
 	}
 }
 
-func routeOf(name, host, to string, tls, admitted bool) *route {
-	r := &route{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	r.Spec.Host, r.Spec.To.Kind, r.Spec.To.Name = host, "Service", to
-	if tls {
-		r.Spec.TLS = &struct {
-			Termination string `json:"termination,omitempty"`
-		}{"edge"}
-	}
+func routeOf(t *testing.T, name, host, to string, tls, admitted bool) *route {
 	st := "False"
 	if admitted {
 		st = "True"
 	}
-	r.Status.Ingress = append(r.Status.Ingress, struct {
-		Host       string      `json:"host,omitempty"`
-		Conditions []condition `json:"conditions,omitempty"`
-	}{Host: host, Conditions: []condition{{Type: "Admitted", Status: st}}})
-	return r
+	spec := map[string]any{"host": host, "to": map[string]any{"kind": "Service", "name": to}}
+	if tls {
+		spec["tls"] = map[string]any{"termination": "edge"}
+	}
+	return from[route](t, map[string]any{
+		"metadata": map[string]any{"name": name},
+		"spec":     spec,
+		"status": map[string]any{"ingress": []any{map[string]any{
+			"host": host, "conditions": []any{map[string]any{"type": "Admitted", "status": st}},
+		}}},
+	})
 }
 
 func TestRouteExposure(t *testing.T) {
-	svc := svcOf("ClusterIP", 5000, 0, nil)
+	svc := svcOf(t, "ClusterIP", 5000, 0, nil)
 	for _, tc := range []struct {
 		name  string
 		f     fronts
 		state State
 		want  string
 	}{
-		{"admitted", fronts{rt: routeOf("keystone", "keystone.apps.example.org", "keystone", false, true), complete: true}, Ready, "http://keystone.apps.example.org"},
-		{"admitted with tls", fronts{rt: routeOf("keystone", "keystone.apps.example.org", "keystone", true, true), complete: true}, Ready, "https://keystone.apps.example.org"},
-		{"not admitted", fronts{rt: routeOf("keystone", "keystone.apps.example.org", "keystone", false, false), complete: true}, Waiting, "Route keystone is not admitted by a router yet"},
-		{"another service", fronts{rt: routeOf("keystone", "keystone.apps.example.org", "glance", false, true), complete: true}, Failed, "Route keystone routes to Service glance, not to this Service"},
-		{"route wins over ingress", fronts{rt: routeOf("keystone", "r.example.org", "keystone", false, true), ing: ingressOf("keystone", "i.example.org", "keystone", false), complete: true}, Ready, "http://r.example.org"},
+		{"admitted", fronts{rt: routeOf(t, "keystone", "keystone.apps.example.org", "keystone", false, true), complete: true}, Ready, "http://keystone.apps.example.org"},
+		{"admitted with tls", fronts{rt: routeOf(t, "keystone", "keystone.apps.example.org", "keystone", true, true), complete: true}, Ready, "https://keystone.apps.example.org"},
+		{"not admitted", fronts{rt: routeOf(t, "keystone", "keystone.apps.example.org", "keystone", false, false), complete: true}, Waiting, "Route keystone is not admitted by a router yet"},
+		{"another service", fronts{rt: routeOf(t, "keystone", "keystone.apps.example.org", "glance", false, true), complete: true}, Failed, "Route keystone routes to Service glance, not to this Service"},
+		{"route wins over ingress", fronts{rt: routeOf(t, "keystone", "r.example.org", "keystone", false, true), ing: ingressOf(t, "keystone", "i.example.org", "keystone", false), complete: true}, Ready, "http://r.example.org"},
 		{"not listed yet", fronts{route: "keystone", ingress: "keystone"}, Waiting, "looking for a Route or Ingress"},
 		{"neither", fronts{route: "keystone", ingress: "keystone", routesServed: true, complete: true}, Failed, "no Route keystone or Ingress keystone exposes it"},
 	} {

@@ -174,9 +174,8 @@ var probeNames = map[string]bool{"startup": true, "readiness": true, "liveness":
 var checkName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`)
 
 func (c *Config) validateProbes() error {
-	// YAML 1.1 reads a bare `off` as false, which arrives here as "false".
 	for _, v := range []*string{&c.Probes.Address, &c.Probes.Socket} {
-		if *v == "false" {
+		if ask.Off(*v) {
 			*v = "off"
 		}
 	}

@@ -28,9 +28,13 @@ func SocketFromConfig(path string) string {
 	if yaml.Unmarshal(b, &c) != nil {
 		return DefaultSocket
 	}
-	// A bare YAML off is the boolean false, which arrives as "false".
-	if s := c.Probes.Socket; s == "" || s == "off" || s == "false" {
+	if s := c.Probes.Socket; s == "" || Off(s) {
 		return DefaultSocket
 	}
 	return c.Probes.Socket
 }
+
+// Off reports whether a listener setting (probes.address, probes.socket)
+// turns it off: "off", or a bare YAML off, which YAML 1.1 reads as the
+// boolean false and which arrives as "false".
+func Off(v string) bool { return v == "off" || v == "false" }
