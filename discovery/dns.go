@@ -106,7 +106,14 @@ func parseResolvConf(path, text string) (DNSConfig, error) {
 			if err != nil {
 				return DNSConfig{}, fmt.Errorf("%s: nameserver %q is not an IP address", where, f[1])
 			}
-			cfg.Servers = append(cfg.Servers, net.JoinHostPort(a.String(), "53"))
+			// The resolver's own check, so that what this accepts it takes:
+			// netip accepts any IPv6 zone, and one with a bracket ("::%[")
+			// breaks HOST:PORT.
+			addr, err := serverAddr(net.JoinHostPort(a.String(), "53"))
+			if err != nil {
+				return DNSConfig{}, fmt.Errorf("%s: nameserver %q: %v", where, f[1], err)
+			}
+			cfg.Servers = append(cfg.Servers, addr)
 		case "search", "domain":
 			cfg.Search = nil
 			for _, s := range f[1:] {

@@ -658,6 +658,7 @@ func TestLoadResolvConfErrors(t *testing.T) {
 		{"commented out", "#nameserver 10.96.0.10\n", "no nameserver line", 0},
 		{"hostname", "search x\nnameserver kube-dns.kube-system\n", `nameserver "kube-dns.kube-system" is not an IP address`, 2},
 		{"with port", "nameserver 10.96.0.10:53\n", `nameserver "10.96.0.10:53" is not an IP address`, 1},
+		{"bracket in the zone", "nameserver ::%[\n", `nameserver "::%[": want IP:PORT`, 1},
 		{"no address", "nameserver 10.96.0.10\nnameserver\n", "nameserver without an address", 2},
 		{"bad ndots", "nameserver 10.96.0.10\noptions ndots:five\n", "options ndots:five", 2},
 		{"negative timeout", "nameserver 10.96.0.10\n\noptions timeout:-1\n", "options timeout:-1", 3},
