@@ -350,6 +350,7 @@ func (a *Agent) discoveryConfig(p *Plan, deps []discovery.Dependency) (discovery
 		Namespace:    p.Namespace,
 		PodName:      p.PodName,
 		NodeName:     p.NodeName,
+		Public:       publicAddresses(p),
 		Logger:       a.log,
 	}
 	var needDNS, needAPI bool

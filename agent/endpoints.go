@@ -31,7 +31,7 @@ func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstra
 	}
 	var w *discovery.Waiter
 	if kube != nil {
-		if w, err = discovery.New(discovery.Config{Kube: kube, Namespace: p.Namespace, Logger: a.log}); err != nil {
+		if w, err = a.exposureWaiter(p, kube); err != nil {
 			return nil, err
 		}
 	}
@@ -107,7 +107,7 @@ func (a *Agent) followEndpoints(ctx context.Context, p *Plan) error {
 		return err
 	}
 	ns, name := serviceRef(e.Public.Service, p.Namespace)
-	w, err := discovery.New(discovery.Config{Kube: kube, Namespace: p.Namespace, Logger: a.log})
+	w, err := a.exposureWaiter(p, kube)
 	if err != nil {
 		return err
 	}
@@ -137,6 +137,27 @@ func (a *Agent) followEndpoints(ctx context.Context, p *Plan) error {
 	default:
 	}
 	return err
+}
+
+// exposureWaiter looks Services' exposures up (templates, the catalog),
+// with the config's exposure: overrides.
+func (a *Agent) exposureWaiter(p *Plan, kube *discovery.Kube) (*discovery.Waiter, error) {
+	return discovery.New(discovery.Config{Kube: kube, Namespace: p.Namespace, Logger: a.log, Public: publicAddresses(p)})
+}
+
+// publicAddresses are the config's exposure: overrides in discovery's
+// form, keyed namespace/name.
+func publicAddresses(p *Plan) map[string]discovery.Exposure {
+	c := config0(p)
+	if len(c.Exposure) == 0 {
+		return nil
+	}
+	m := make(map[string]discovery.Exposure, len(c.Exposure))
+	for ref, x := range c.Exposure {
+		ns, name := serviceRef(ref, p.Namespace)
+		m[ns+"/"+name] = discovery.Exposure{Host: x.Host, Port: x.Port, Scheme: x.Scheme}
+	}
+	return m
 }
 
 // serviceRef splits NAME[.NAMESPACE], the namespace defaulting to ns.

@@ -121,7 +121,7 @@ func (a *Agent) templateOptions(p *Plan) render.TemplateOptions {
 	}
 	// publicURL and internalURL ask the API, when there is one.
 	if kube, err := a.kubeClient(); err == nil && kube != nil {
-		if w, err := discovery.New(discovery.Config{Kube: kube, Namespace: p.Namespace, Logger: a.log}); err == nil {
+		if w, err := a.exposureWaiter(p, kube); err == nil {
 			o.Exposer = w
 		}
 	}

@@ -228,9 +228,14 @@ func (a *Agent) serveProbes(ctx context.Context, addr, sock string) error {
 // it is logged, counted, shown in ?verbose, and started again with backoff
 // until ctx ends.
 func (a *Agent) sideDuty(ctx context.Context, name string, fn func(context.Context) error) {
-	b := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 30 * time.Second}
+	fresh := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 30 * time.Second}
+	b := fresh
 	for {
+		start := time.Now()
 		err := fn(ctx)
+		if time.Since(start) > fresh.Cap {
+			b = fresh // it worked for a while: this failure is a new one
+		}
 		if ctx.Err() != nil {
 			return
 		}

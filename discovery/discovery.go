@@ -26,6 +26,12 @@ type Config struct {
 	// the pod when empty and a dependency needs it.
 	PodName, NodeName string
 
+	// Public overrides, per "namespace/name" of a Service, where users
+	// outside the cluster reach it (an operator's floating IP, the VIP in
+	// front of the nodes of a NodePort Service): the fields set win over the
+	// Service's annotations and over what the cluster reports.
+	Public map[string]Exposure
+
 	// DNS resolves dns: dependencies; required when there are any.
 	DNS *Resolver
 	// Kube reaches the API server; required when a dependency needs it.

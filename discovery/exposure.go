@@ -148,10 +148,12 @@ type fronts struct {
 
 // exposureOf reads where the Service is exposed from what the watches hold:
 // the Service, the nodes (NodePort without a public host), and the Route or
-// Ingress that names it (ClusterIP). It returns the exposure and an
-// observation: ready with the exposure, waiting for what is missing, or
-// failed when the objects cannot expose the Service at all.
-func exposureOf(what string, svc *service, nodes []*node, f fronts) (Exposure, Observation) {
+// Ingress that names it (ClusterIP). Fields set in ov (the agent's config)
+// win over the Service's annotations, which win over what the cluster
+// reports. It returns the exposure and an observation: ready with the
+// exposure, waiting for what is missing, or failed when the objects cannot
+// expose the Service at all.
+func exposureOf(what string, svc *service, ov Exposure, nodes []*node, f fronts) (Exposure, Observation) {
 	if svc == nil {
 		return Exposure{}, waiting("%s does not exist", what)
 	}
@@ -178,13 +180,23 @@ func exposureOf(what string, svc *service, nodes []*node, f fronts) (Exposure, O
 		}
 		e.Port = n
 	}
+	portSet := a[AnnotationPublicPort] != "" || ov.Port != 0
+	if ov.Scheme != "" {
+		e.Scheme = ov.Scheme
+	}
+	if ov.Port != 0 {
+		e.Port = ov.Port
+	}
 	typ := svc.Spec.Type
 	if typ == "" {
 		typ = "ClusterIP"
 	}
-	if h := a[AnnotationPublicHost]; h != "" {
-		e.Host, e.Via = h, "annotation "+AnnotationPublicHost
-		if typ == "NodePort" && a[AnnotationPublicPort] == "" {
+	e.Host, e.Via = a[AnnotationPublicHost], "annotation "+AnnotationPublicHost
+	if ov.Host != "" {
+		e.Host, e.Via = ov.Host, "agent config"
+	}
+	if e.Host != "" {
+		if typ == "NodePort" && !portSet {
 			e.Port = port.NodePort // a VIP in front of the nodes
 		}
 		return e, ready("%s is exposed at %s (%s)", what, e.URL(""), e.Via)
@@ -205,12 +217,12 @@ func exposureOf(what string, svc *service, nodes []*node, f fronts) (Exposure, O
 		if port.NodePort == 0 {
 			return Exposure{}, waiting("%s: no nodePort allocated yet", what)
 		}
-		if a[AnnotationPublicPort] == "" {
+		if !portSet {
 			e.Port = port.NodePort
 		}
 		host, name := nodeAddress(nodes)
 		if host == "" {
-			return Exposure{}, waiting("%s: NodePort %d, but no ready node has an address (set annotation %s to the VIP in front of the nodes)", what, port.NodePort, AnnotationPublicHost)
+			return Exposure{}, waiting("%s: NodePort %d, but no ready node has an address (set annotation %s or the agent's exposure config to the VIP in front of the nodes)", what, port.NodePort, AnnotationPublicHost)
 		}
 		e.Host, e.Via = host, "NodePort on node "+name
 		return e, ready("%s is exposed at %s (%s)", what, e.URL(""), e.Via)
@@ -361,6 +373,7 @@ func (w *Waiter) followExposure(ctx context.Context, d Dependency, report func(O
 	var svc *service
 	var nodes []*node
 	var f fronts
+	ov := w.cfg.Public[ns+"/"+d.Name]
 	ingListed, routeListed := false, false
 	for {
 		select {
@@ -375,7 +388,7 @@ func (w *Waiter) followExposure(ctx context.Context, d Dependency, report func(O
 		case set := <-routeCh:
 			f.rt, routeListed = decodeOne[route](set), true
 		}
-		if svc != nil && svc.Annotations[AnnotationPublicHost] == "" {
+		if svc != nil && svc.Annotations[AnnotationPublicHost] == "" && ov.Host == "" {
 			switch svc.Spec.Type {
 			case "NodePort":
 				if nodesCh == nil {
@@ -394,7 +407,7 @@ func (w *Waiter) followExposure(ctx context.Context, d Dependency, report func(O
 				f.complete = ingListed && (routeListed || !f.routesServed)
 			}
 		}
-		e, o := exposureOf(what, svc, nodes, f)
+		e, o := exposureOf(what, svc, ov, nodes, f)
 		if done, err := settle(ctx, d, o, report); done {
 			return e, err
 		}

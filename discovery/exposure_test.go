@@ -96,7 +96,7 @@ func TestExposureOf(t *testing.T) {
 		{"bad port", svcOf(t, "LoadBalancer", 5000, 0, map[string]string{AnnotationPublicPort: "http"}, "203.0.113.7"), nil, nil, Failed, `kolla.openstack.org/public-port: "http" is not a port`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, o := exposureOf("service openstack/keystone", tc.svc, tc.nodes, fronts{route: "keystone", ingress: "keystone", ing: tc.ing, complete: true})
+			e, o := exposureOf("service openstack/keystone", tc.svc, Exposure{}, tc.nodes, fronts{route: "keystone", ingress: "keystone", ing: tc.ing, complete: true})
 			if o.State != tc.state {
 				t.Fatalf("state %s (%s), want %s", o.State, o.Detail, tc.state)
 			}
@@ -106,6 +106,39 @@ func TestExposureOf(t *testing.T) {
 				}
 			} else if !strings.Contains(o.Detail, tc.want) {
 				t.Errorf("detail %q, want it to contain %q", o.Detail, tc.want)
+			}
+		})
+	}
+}
+
+// The agent's exposure config wins over the annotations and over what the
+// cluster reports, field by field; a NodePort Service behind a configured
+// VIP keeps its nodePort unless a port is configured.
+func TestExposureOverride(t *testing.T) {
+	nodes := []*node{nodeOf(t, "n1", true, "ExternalIP", "192.0.2.1")}
+	ann := map[string]string{AnnotationPublicHost: "198.51.100.9", AnnotationPublicScheme: "https", AnnotationPublicPort: "443"}
+	for _, tc := range []struct {
+		name string
+		svc  *service
+		ov   Exposure
+		want string
+		via  string
+	}{
+		{"floating ip over the load balancer", svcOf(t, "LoadBalancer", 5000, 0, nil, "203.0.113.7"), Exposure{Host: "198.51.100.10"}, "http://198.51.100.10:5000", "agent config"},
+		{"config over annotations", svcOf(t, "LoadBalancer", 5000, 0, ann, "203.0.113.7"), Exposure{Host: "198.51.100.10", Port: 8443}, "https://198.51.100.10:8443", "agent config"},
+		{"scheme and port only", svcOf(t, "LoadBalancer", 5000, 0, nil, "203.0.113.7"), Exposure{Scheme: "https", Port: 443}, "https://203.0.113.7", "LoadBalancer ingress"},
+		{"node port behind a configured VIP", svcOf(t, "NodePort", 5000, 30500, nil), Exposure{Host: "keystone.example.org"}, "http://keystone.example.org:30500", "agent config"},
+		{"node port, VIP and port configured", svcOf(t, "NodePort", 5000, 30500, nil), Exposure{Host: "keystone.example.org", Port: 443, Scheme: "https"}, "https://keystone.example.org", "agent config"},
+		{"node port, port only", svcOf(t, "NodePort", 5000, 30500, nil), Exposure{Port: 80}, "http://192.0.2.1", "NodePort on node n1"},
+		{"cluster ip with a configured host", svcOf(t, "ClusterIP", 5000, 0, nil), Exposure{Host: "keystone.example.org"}, "http://keystone.example.org:5000", "agent config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, o := exposureOf("service openstack/keystone", tc.svc, tc.ov, nodes, fronts{complete: true})
+			if o.State != Ready {
+				t.Fatalf("state %s (%s), want ready", o.State, o.Detail)
+			}
+			if got := e.URL(""); got != tc.want || e.Via != tc.via {
+				t.Errorf("URL %q via %q, want %q via %q", got, e.Via, tc.want, tc.via)
 			}
 		})
 	}
@@ -163,7 +196,7 @@ func TestRouteExposure(t *testing.T) {
 		{"neither", fronts{route: "keystone", ingress: "keystone", routesServed: true, complete: true}, Failed, "no Route keystone or Ingress keystone exposes it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, o := exposureOf("service openstack/keystone", svc, nil, tc.f)
+			e, o := exposureOf("service openstack/keystone", svc, Exposure{}, nil, tc.f)
 			if o.State != tc.state {
 				t.Fatalf("state %s (%s), want %s", o.State, o.Detail, tc.state)
 			}

@@ -8,7 +8,11 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +51,21 @@ type Config struct {
 	Sidecar Sidecar `json:"sidecar,omitempty"`
 	// Bootstrap is one-time work per version, coordinated across replicas.
 	Bootstrap Bootstrap `json:"bootstrap,omitempty"`
+	// Exposure says, per Service (NAME or NAME.NAMESPACE), where users
+	// outside the cluster reach it when the cluster cannot tell: an
+	// operator's floating IP, the VIP in front of a NodePort Service's
+	// nodes. It wins over the Service's kolla.openstack.org/public-*
+	// annotations, field by field.
+	Exposure map[string]PublicAddress `json:"exposure,omitempty"`
+}
+
+// PublicAddress is one entry of exposure:. Fields left out keep what the
+// Service's annotations or the cluster say (a NodePort Service behind a
+// host keeps its nodePort).
+type PublicAddress struct {
+	Host   string `json:"host,omitempty"`
+	Port   int    `json:"port,omitempty"`
+	Scheme string `json:"scheme,omitempty"` // http or https
 }
 
 // RenderItem is one template: src is a Go text/template, dest the file it
@@ -165,6 +184,9 @@ func Parse(name string, b []byte) (*Config, error) {
 	if err := c.validateBootstrap(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	if err := c.validateExposure(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	return &c, nil
 }
 
@@ -243,6 +265,36 @@ func cleanYAMLError(err error) string {
 		s = s[:i] + "field " + field + " (want " + tail + ")"
 	}
 	return s
+}
+
+func (c *Config) validateExposure() error {
+	for _, ref := range slices.Sorted(maps.Keys(c.Exposure)) {
+		a, f := c.Exposure[ref], fmt.Sprintf("exposure[%q]", ref)
+		switch {
+		case !serviceRef.MatchString(ref):
+			return fmt.Errorf("%s: want a Service as NAME or NAME.NAMESPACE", f)
+		case a == PublicAddress{}:
+			return fmt.Errorf("%s: empty (give host, port or scheme)", f)
+		case a.Host != "" && !publicHost(a.Host):
+			return fmt.Errorf("%s.host: %q is not an IP address or a DNS name", f, a.Host)
+		case a.Port < 0 || a.Port > 65535:
+			return fmt.Errorf("%s.port: %d is not a port", f, a.Port)
+		case a.Scheme != "" && a.Scheme != "http" && a.Scheme != "https":
+			return fmt.Errorf("%s.scheme: %q (want http or https)", f, a.Scheme)
+		}
+	}
+	return nil
+}
+
+var dnsName = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*\.?$`)
+
+// publicHost: what may stand for a host in a URL, an IP address or a DNS
+// name of at most 253 characters.
+func publicHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return !strings.Contains(h, "%") // a zone has no place in a public URL
+	}
+	return len(h) <= 253 && dnsName.MatchString(h)
 }
 
 func (c *Config) validateRun() error {

@@ -117,6 +117,15 @@ func TestParseBad(t *testing.T) {
 		{"bad grace", "run:\n  grace: forever\n", `run.grace: "forever"`},
 		{"bad supervise", "run:\n  supervise: sometimes\n", `run.supervise: "sometimes"`},
 		{"bad render timeout", "renderOptions:\n  timeout: x\n", `renderOptions.timeout: "x"`},
+		{"exposure of a bad service name", "exposure:\n  Keystone: {host: 192.0.2.1}\n", `exposure["Keystone"]: want a Service as NAME or NAME.NAMESPACE`},
+		{"empty exposure", "exposure:\n  keystone: {}\n", `exposure["keystone"]: empty`},
+		{"exposure host with a port", "exposure:\n  keystone: {host: \"192.0.2.1:5000\"}\n", `exposure["keystone"].host: "192.0.2.1:5000" is not an IP address or a DNS name`},
+		{"exposure host as a URL", "exposure:\n  keystone: {host: \"https://vip\"}\n", `exposure["keystone"].host: "https://vip"`},
+		{"exposure host with a zone", "exposure:\n  keystone: {host: \"fe80::1%eth0\"}\n", `exposure["keystone"].host: "fe80::1%eth0"`},
+		{"exposure bad port", "exposure:\n  keystone.openstack: {port: 70000}\n", `exposure["keystone.openstack"].port: 70000 is not a port`},
+		{"exposure bad scheme", "exposure:\n  keystone: {scheme: ftp}\n", `exposure["keystone"].scheme: "ftp" (want http or https)`},
+		{"exposure unknown field", "exposure:\n  keystone: {vip: 192.0.2.1}\n", `unknown field "vip"`},
+		{"exposure port of the wrong type", "exposure:\n  keystone: {port: https}\n", "agent.yaml: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("agent.yaml", []byte(tc.yaml))

@@ -200,6 +200,82 @@ bootstrap:
 	}
 }
 
+// Keystone SIGKILLed while the agent follows the exposure beside the
+// service: a LoadBalancer IP that moves during the outage is not lost. The
+// duty reports the failure and retries, the service keeps running, and once
+// Keystone is back on its port the catalog holds the new URL, once. A
+// one-shot `kolla-agent endpoints` during the outage fails with exit 2,
+// naming Keystone's URL.
+func TestEndpointsSurviveKeystoneOutage(t *testing.T) {
+	inst, err := keystoneOnce()
+	if err != nil {
+		t.Fatalf("keystone: %v", err)
+	}
+	ks := inst.Start(t, 0)
+	if _, err := ks.WaitReady(90 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t)
+	name := "glance-" + ns[len(ns)-5:]
+	svc := mkExposedService(t, ns, "glance-api", corev1.ServiceTypeLoadBalancer, nil)
+	setLB := func(ip string) {
+		t.Helper()
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		if svc, err = client().CoreV1().Services(ns).UpdateStatus(ctxT(t), svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setLB("203.0.113.40")
+	creds := t.TempDir()
+	for k, v := range map[string]string{"OS_AUTH_URL": ks.URL + "/v3", "OS_USERNAME": keystone.AdminUser, "OS_PASSWORD": keystone.AdminPassword, "OS_PROJECT_NAME": keystone.AdminProject} {
+		os.WriteFile(filepath.Join(creds, k), []byte(v+"\n"), 0o600)
+	}
+	cfg := agentYAML(t, fmt.Sprintf(`namespace: %s
+bootstrap:
+  endpoints:
+    credentials: %s
+    type: image
+    name: %s
+    public: {service: glance-api}
+`, ns, creds, name))
+	env := exposureEnv(t, ns)
+	running := startAgent(t, env, "--config", cfg, "run", "--", "sleep", "300")
+	running.waitLog("keystone catalog up to date")
+	public := func() []string { return catalog(t, ks.URL, name)["public"] }
+	if got := public(); len(got) != 1 || !strings.HasPrefix(got[0], "http://203.0.113.40:5000 ") {
+		t.Fatalf("catalog before the outage: %v", got)
+	}
+
+	if err := ks.SignalGroup(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ks.Wait(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	setLB("203.0.113.41")
+	running.waitLog(`duty=endpoints`)
+	once := startAgent(t, env, "--config", cfg, "endpoints")
+	once.wantExit(2)
+	if out := once.out.String(); !strings.Contains(out, ks.URL) || !strings.Contains(out, "connection refused") {
+		t.Errorf("endpoints with Keystone down:\n%s", out)
+	}
+
+	again := inst.Start(t, ks.Port)
+	if _, err := again.WaitReady(90 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the catalog following the IP that moved during the outage", func() bool {
+		got := public()
+		return len(got) == 1 && strings.HasPrefix(got[0], "http://203.0.113.41:5000 ")
+	})
+	running.running()
+	if out := running.out.String(); strings.Contains(out, "panic") {
+		t.Errorf("the agent panicked:\n%s", out)
+	}
+	running.cmd.Process.Signal(syscall.SIGTERM)
+	running.wantExit(143)
+}
+
 // keystone-manage bootstrap with the URLs the cluster gives: in lease mode
 // the command is a template, so --bootstrap-public-url comes from the
 // NodePort the real API server allocated (on a node's address) and

@@ -97,6 +97,17 @@ func TestExposedNodePort(t *testing.T) {
 	if want := fmt.Sprintf("exposed at http://glance.vip.example.org:%d", vip.Spec.Ports[0].NodePort); !strings.Contains(b.out.String(), want) {
 		t.Errorf("want %q:\n%s", want, b.out.String())
 	}
+
+	// The VIP in the agent's config instead, over the annotation's.
+	cfg := agentYAML(t, "dependencies:\n  wait: [\"exposed:glance\", \"exposed:nova\"]\nexposure:\n  glance: {host: 192.0.2.50}\n  nova."+ns+": {host: nova.vip.example.org, port: 443, scheme: https}\n")
+	mkExposedService(t, ns, "nova", corev1.ServiceTypeNodePort, nil)
+	c := startAgent(t, env, "--config", cfg, "init")
+	c.wantExit(0)
+	for _, want := range []string{fmt.Sprintf("exposed at http://192.0.2.50:%d (agent config)", vip.Spec.Ports[0].NodePort), "exposed at https://nova.vip.example.org (agent config)"} {
+		if !strings.Contains(c.out.String(), want) {
+			t.Errorf("want %q:\n%s", want, c.out.String())
+		}
+	}
 }
 
 // A ClusterIP Service: exposed by an Ingress (https when its TLS lists the
