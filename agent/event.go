@@ -19,8 +19,10 @@ func postEvent(ctx context.Context, kube *discovery.Kube, ns, pod, typ, reason, 
 	}
 	now := time.Now().UTC().Format(time.RFC3339)
 	action := "Wait"
-	if strings.HasPrefix(reason, "Bootstrap") {
-		action = "Bootstrap"
+	for _, a := range []string{"Bootstrap", "Reload"} {
+		if strings.HasPrefix(reason, a) {
+			action = a
+		}
 	}
 	return kube.CreateEvent(ctx, ns, map[string]any{
 		"apiVersion": "v1",

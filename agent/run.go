@@ -51,55 +51,94 @@ func (a *Agent) kolla(p *Plan) (*render.KollaConfig, error) {
 // differences are returned. The kolla config, if any, is returned for its
 // command.
 func (a *Agent) Render(ctx context.Context, p *Plan, mode RenderMode) (*render.KollaConfig, []render.Difference, error) {
-	kc, err := a.kolla(p)
+	r, err := a.renderConfig(ctx, p)
 	if err != nil {
 		return nil, nil, err
 	}
 	var diffs []render.Difference
+	switch mode {
+	case RenderApply:
+		if err := r.Commit(); err != nil {
+			return nil, nil, err
+		}
+		return r.kc, nil, nil
+	case RenderCheck:
+		if r.plan != nil {
+			if diffs, err = r.plan.Check(); err != nil {
+				return nil, nil, err
+			}
+		}
+	case RenderDryRun:
+		if r.plan != nil {
+			if diffs, err = r.plan.Changes(); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return r.kc, append(diffs, render.CheckTemplates(r.tmpl)...), nil
+}
+
+// renderedConfig is the service's whole config rendered in memory: kolla's
+// plan (nil outside kolla mode) and the templates. Nothing is written until
+// Commit.
+type renderedConfig struct {
+	kc   *render.KollaConfig
+	plan *render.KollaPlan
+	tmpl []render.RenderedTemplate
+}
+
+// Files is every file the config writes, kolla's then the templates'.
+func (r *renderedConfig) Files() []render.File {
+	var out []render.File
+	if r.plan != nil {
+		out = r.plan.Files()
+	}
+	return append(out, render.TemplateFiles(r.tmpl)...)
+}
+
+// Commit writes it: kolla's plan (all or nothing), then the templates,
+// each atomically.
+func (r *renderedConfig) Commit() error {
+	if r.plan != nil {
+		if err := r.plan.Apply(); err != nil {
+			return fmt.Errorf("render: %w", err)
+		}
+	}
+	if err := render.WriteTemplates(r.tmpl); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	return nil
+}
+
+// renderConfig renders kolla's config.json (kolla mode) and the templates
+// of agent.yaml into memory.
+func (a *Agent) renderConfig(ctx context.Context, p *Plan) (*renderedConfig, error) {
+	kc, err := a.kolla(p)
+	if err != nil {
+		return nil, err
+	}
+	r := &renderedConfig{kc: kc}
 	if kc != nil {
 		strategy := a.env("KOLLA_CONFIG_STRATEGY")
 		if strategy == "" {
 			strategy = "COPY_ALWAYS" // what kolla-kubernetes sets; kolla itself refuses an unset one
 		}
-		plan, err := render.PlanKolla(kc, render.KollaOptions{Root: a.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Logger: a.log})
-		if err != nil {
-			return nil, nil, configErr("%v", err)
-		}
-		switch mode {
-		case RenderApply:
-			if err := plan.Apply(); err != nil {
-				return nil, nil, fmt.Errorf("render: %w", err)
-			}
-		case RenderCheck:
-			if diffs, err = plan.Check(); err != nil {
-				return nil, nil, err
-			}
-		case RenderDryRun:
-			if diffs, err = plan.Changes(); err != nil {
-				return nil, nil, err
-			}
+		if r.plan, err = render.PlanKolla(kc, render.KollaOptions{Root: a.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Logger: a.log}); err != nil {
+			return nil, configErr("%v", err)
 		}
 	}
 	items := config0(p).Render
 	if len(items) == 0 {
-		return kc, diffs, nil
+		return r, nil
 	}
-	o := a.templateOptions(p)
 	ts := make([]render.TemplateItem, len(items))
 	for i, it := range items {
 		ts[i] = render.TemplateItem{Src: it.Src, Dest: it.Dest, Owner: it.Owner, Perm: it.Perm}
 	}
-	files, err := render.RenderTemplates(ctx, ts, o)
-	if err != nil {
-		return nil, nil, templateErr(p, err)
+	if r.tmpl, err = render.RenderTemplates(ctx, ts, a.templateOptions(p)); err != nil {
+		return nil, templateErr(p, err)
 	}
-	if mode == RenderApply {
-		if err := render.WriteTemplates(files); err != nil {
-			return nil, nil, fmt.Errorf("render: %w", err)
-		}
-		return kc, diffs, nil
-	}
-	return kc, append(diffs, render.CheckTemplates(files)...), nil
+	return r, nil
 }
 
 // templateOptions gives templates the pod's environment, the cluster's DNS
@@ -154,12 +193,15 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		return 0, err
 	}
 	a.gate("starting", "rendering the config")
-	kc, _, err := a.Render(ctx, p, RenderApply)
+	rc, err := a.renderConfig(ctx, p)
+	if err == nil {
+		err = rc.Commit()
+	}
 	if err != nil {
 		a.reportFailure(p, nil, "RenderFailed", err)
 		return 0, err
 	}
-	command, oneShot, err := a.command(p, kc, args)
+	command, oneShot, err := a.command(p, rc.kc, args)
 	if err != nil {
 		return 0, err
 	}
@@ -196,7 +238,11 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		return 0, configErr("run: %v", err)
 	}
 	a.metrics.restarts(func() int { return 0 }) // run never restarts the service (yet): it exits with it
-	code, err := a.steadyState(ctx, p, pr, s, s, s, env, false)
+	rr, err := a.newReload(p, rc.Files())
+	if err != nil {
+		return 0, err
+	}
+	code, err := a.steadyState(ctx, p, pr, s, s, s, env, rr)
 	var cerr *ConfigError
 	switch {
 	case errors.As(err, &cerr):

@@ -24,6 +24,6 @@ func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 		a.metrics.restarts(f.Restarts)
 		pids = f
 	}
-	_, err := a.steadyState(ctx, p, nil, nil, pids, probes.OSSpawner{}, os.Environ(), true)
+	_, err := a.steadyState(ctx, p, nil, nil, pids, probes.OSSpawner{}, os.Environ(), nil)
 	return err
 }

@@ -33,10 +33,12 @@ type service interface {
 // none). Shutdown runs in the order the duties are added:
 //
 //  1. readiness -> stopping (/readyz answers 503 at once; /livez stays 200)
-//  2. the service: SIGTERM, its grace period, then SIGKILL
-//  3. the checks
-//  4. the probe server, last, so probes answer through the whole stop.
-func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc service, pids probes.PIDSource, spawner probes.Spawner, env []string, sidecar bool) (int, error) {
+//  2. the reload, which could act on the service
+//  3. the service: SIGTERM, its grace period, then SIGKILL
+//  4. the checks, the bootstrap's later phases, the catalog
+//  5. the probe server, last, so probes answer through the whole stop.
+func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc service, pids probes.PIDSource, spawner probes.Spawner, env []string, rr *reloadRun) (int, error) {
+	sidecar := svc == nil
 	cfg := config0(p)
 	means := checkMeans{pids: pids, spawner: spawner, env: env}
 	if deps := dependencyChecks(cfg); len(deps) > 0 {
@@ -79,7 +81,25 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		stopOnce.Do(func() { close(stop) })
 	})
 
-	// 2. The service. Its own context never ends: the stop sequence is
+	// 2. The reload, which acts on the service: stopped before it is.
+	if rr != nil {
+		sig, _ := svc.(signaller)
+		rctx, rcancel := context.WithCancel(ctx)
+		g.Add(func() error {
+			select {
+			case <-svc.Running():
+			case <-svc.Done():
+				<-rctx.Done()
+				return nil
+			case <-rctx.Done():
+				return nil
+			}
+			a.sideDuty(rctx, "reload", func(ctx context.Context) error { return rr.run(ctx, sig, health, means) })
+			return nil
+		}, func(error) { rcancel() })
+	}
+
+	// 3. The service. Its own context never ends: the stop sequence is
 	// Stop's, after readiness has been failed above.
 	code := 0
 	var svcErr error
@@ -93,7 +113,7 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		})
 	}
 
-	// 3. The checks, once the service has started (an exec check goes
+	// 4. The checks, once the service has started (an exec check goes
 	// through the service's reaper).
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	g.Add(func() error {
@@ -109,7 +129,7 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		return nil
 	}, func(error) { hcancel() })
 
-	// 4. The phases of the bootstrap that wait for the rollout (contract).
+	// 5. The phases of the bootstrap that wait for the rollout (contract).
 	if a.boot != nil && len(a.boot.steps(true)) > 0 {
 		rctx, rcancel := context.WithCancel(ctx)
 		g.Add(func() error {
@@ -119,7 +139,7 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		}, func(error) { rcancel() })
 	}
 
-	// 5. The Keystone catalog follows the public address.
+	// 6. The Keystone catalog follows the public address.
 	if cfg.Bootstrap.FollowsExposure() && svc != nil {
 		ectx, ecancel := context.WithCancel(ctx)
 		g.Add(func() error {
@@ -128,7 +148,7 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		}, func(error) { ecancel() })
 	}
 
-	// 6. The probe server, already serving (startProbes), stopped last:
+	// 7. The probe server, already serving (startProbes), stopped last:
 	// run.Group calls the interrupts in this order, and the service's
 	// returns only once the service is gone. (With no listener configured
 	// pr has nothing to wait for: this actor still waits for the stop.)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the real components the tests run against: etcd (Debian), kube-apiserver
 # and kube-controller-manager (built from the k8s.io/kubernetes Go module), CoreDNS
-# (a trimmed build with only the plugins the tests use), rsyslog, and the OpenStack
-# services and RabbitMQ that probe tests run (Debian).
+# (a trimmed build with only the plugins the tests use), rsyslog, the OpenStack
+# services and RabbitMQ that probe tests run (Debian), and kubelet-atomic-writer
+# (the kubelet's ConfigMap volume writer, from the same k8s.io/kubernetes module).
 #
 # Built binaries are cached outside the checkout, keyed by version, so a second run
 # is a no-op. Prints the bin directory on its last line.
@@ -13,6 +14,9 @@ COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 # Bump when the trimmed CoreDNS recipe below changes (plugins, directives), so a
 # cached build from an older recipe is rebuilt once.
 COREDNS_RECIPE=r2
+# Bump when the kubelet-atomic-writer main.go below changes, so a cached build
+# from an older recipe is rebuilt once.
+ATOMICWRITER_RECIPE=r1
 CACHE=${KOLLA_AGENT_CACHE:-$HOME/.cache/kolla-agent}
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
@@ -61,14 +65,13 @@ install_services() {
 
 # k8s.io/kubernetes points its staging modules at ./staging/...; as a dependency
 # those replaces are ignored, so a throwaway module replaces each with the
-# published v0.<minor>.<patch> release of the same tree.
-install_kube() {
-	local stamp="$BIN/.kube-$K8S_VERSION"
-	[ -f "$stamp" ] && [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && return 0
+# published v0.<minor>.<patch> release of the same tree. The kube-apiserver,
+# kube-controller-manager and kubelet-atomic-writer recipes all build in it;
+# this (re)writes its go.mod and tools.go, and the caller tidies it.
+kube_build_module() {
 	local dir="$CACHE/build/kube-$K8S_VERSION"
 	mkdir -p "$dir"
 	local staging="v0.${K8S_VERSION#v1.}"
-	log "building kube-apiserver and kube-controller-manager $K8S_VERSION (cold: ~10 min on 2 cores)"
 	(
 		cd "$dir"
 		go mod download -json "k8s.io/kubernetes@$K8S_VERSION" >/dev/null
@@ -95,6 +98,17 @@ install_kube() {
 				_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 			)
 		EOF
+	)
+}
+
+install_kube() {
+	local stamp="$BIN/.kube-$K8S_VERSION"
+	[ -f "$stamp" ] && [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] && return 0
+	local dir="$CACHE/build/kube-$K8S_VERSION"
+	log "building kube-apiserver and kube-controller-manager $K8S_VERSION (cold: ~10 min on 2 cores)"
+	kube_build_module
+	(
+		cd "$dir"
 		GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
 		local pkg=k8s.io/component-base/version
 		local ld="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
@@ -103,6 +117,124 @@ install_kube() {
 		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -ldflags "$ld" -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -ldflags "$ld" -o "$BIN/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager
 	)
+	touch "$stamp"
+}
+
+# kubelet-atomic-writer: the kubelet's own AtomicWriter (pkg/volume/util), which
+# it uses to update ConfigMap, Secret and projected volumes, behind a line
+# protocol, so tests can update a directory exactly as the kubelet does. One
+# JSON request a line on stdin, {"dir": "/abs/dir", "files": {"key": "content"},
+# "mode": 420} (mode optional, default 0644); one answer a line on stdout, "ok"
+# or "error: <message>"; exits 0 at EOF. Built in the kube module above.
+install_atomicwriter() {
+	local stamp="$BIN/.kubelet-atomic-writer-$K8S_VERSION-$ATOMICWRITER_RECIPE"
+	[ -f "$stamp" ] && [ -x "$BIN/kubelet-atomic-writer" ] && return 0
+	local dir="$CACHE/build/kube-$K8S_VERSION"
+	log "building kubelet-atomic-writer (AtomicWriter of k8s.io/kubernetes $K8S_VERSION)"
+	kube_build_module
+	(
+		cd "$dir"
+		mkdir -p atomicwriter
+		cat >atomicwriter/main.go <<-'EOF'
+			// kubelet-atomic-writer writes directories the way the kubelet updates
+			// a ConfigMap volume, with the kubelet's own AtomicWriter. Requests are
+			// JSON lines on stdin, {"dir": "/abs/dir", "files": {"key": "content"},
+			// "mode": 420}; each gets one line on stdout, "ok" or "error: <message>".
+			// Blank lines are skipped. It exits 0 at EOF.
+			package main
+
+			import (
+				"bufio"
+				"bytes"
+				"encoding/json"
+				"errors"
+				"fmt"
+				"os"
+				"path/filepath"
+				"strings"
+
+				volumeutil "k8s.io/kubernetes/pkg/volume/util"
+			)
+
+			type request struct {
+				Dir   string            `json:"dir"`
+				Files map[string]string `json:"files"`
+				Mode  *int32            `json:"mode"`
+			}
+
+			func main() {
+				in := bufio.NewScanner(os.Stdin)
+				in.Buffer(nil, 64<<20)
+				out := bufio.NewWriter(os.Stdout)
+				for in.Scan() {
+					line := bytes.TrimSpace(in.Bytes())
+					if len(line) == 0 {
+						continue
+					}
+					if err := write(line); err != nil {
+						fmt.Fprintf(out, "error: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+					} else {
+						fmt.Fprintln(out, "ok")
+					}
+					if err := out.Flush(); err != nil {
+						fail(err)
+					}
+				}
+				if err := in.Err(); err != nil {
+					fail(err)
+				}
+			}
+
+			func fail(err error) {
+				fmt.Fprintln(os.Stderr, "kubelet-atomic-writer:", err)
+				os.Exit(1)
+			}
+
+			func write(line []byte) error {
+				var req request
+				dec := json.NewDecoder(bytes.NewReader(line))
+				dec.DisallowUnknownFields()
+				if err := dec.Decode(&req); err != nil {
+					return fmt.Errorf("bad request: %w", err)
+				}
+				if !filepath.IsAbs(req.Dir) {
+					return fmt.Errorf("dir %q is not an absolute path", req.Dir)
+				}
+				mode := int32(0o644) // the API's default for a ConfigMap volume's defaultMode
+				if req.Mode != nil {
+					mode = *req.Mode
+				}
+				if mode < 0 || mode > 0o777 {
+					return fmt.Errorf("mode %d is not within 0..0777", mode)
+				}
+				// A missing dir is made as the kubelet's emptyDir wrapper makes a
+				// volume's directory: 0777 whatever the umask. An existing one is
+				// left as it is.
+				if _, err := os.Lstat(req.Dir); errors.Is(err, os.ErrNotExist) {
+					if err := os.MkdirAll(req.Dir, 0o777); err != nil {
+						return err
+					}
+					if err := os.Chmod(req.Dir, 0o777); err != nil {
+						return err
+					}
+				}
+				w, err := volumeutil.NewAtomicWriter(req.Dir, "kubelet-atomic-writer "+req.Dir)
+				if err != nil {
+					return err
+				}
+				payload := make(map[string]volumeutil.FileProjection, len(req.Files))
+				for key, content := range req.Files {
+					payload[key] = volumeutil.FileProjection{Data: []byte(content), Mode: mode}
+				}
+				// No fsGroup: the kubelet's ownership change would do nothing.
+				return w.Write(payload, nil)
+			}
+		EOF
+		GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
+		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -ldflags "-s -w" -o "$BIN/kubelet-atomic-writer.tmp" ./atomicwriter
+		mv -f "$BIN/kubelet-atomic-writer.tmp" "$BIN/kubelet-atomic-writer"
+	)
+	rm -f "$BIN/.kubelet-atomic-writer-$K8S_VERSION"-r*
 	touch "$stamp"
 }
 
@@ -161,14 +293,16 @@ all)
 	install_services
 	install_coredns
 	install_kube
+	install_atomicwriter
 	;;
 etcd) install_etcd ;;
 rsyslog) install_rsyslog ;;
 services) install_services ;;
 coredns) install_coredns ;;
 kube) install_kube ;;
+atomicwriter) install_atomicwriter ;;
 *)
-	echo "usage: $0 [all|etcd|rsyslog|services|coredns|kube]" >&2
+	echo "usage: $0 [all|etcd|rsyslog|services|coredns|kube|atomicwriter]" >&2
 	exit 1
 	;;
 esac

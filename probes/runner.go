@@ -51,6 +51,7 @@ type checkState struct {
 	spec   Spec
 	probes [3]bool
 	cur    atomic.Pointer[result]
+	kick   chan struct{} // a look now, not at the next period (Verify)
 }
 
 // hangGrace is how long past its timeout a check may take to return after
@@ -111,6 +112,10 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 		case <-hungC:
 			hungC = nil
 			h.record(c, false, "", fmt.Errorf("did not return %v after its timeout of %v", hangGrace, c.spec.Timeout), h.clock.Since(started), false)
+		case <-c.kick:
+			if inflight == nil {
+				start()
+			}
 		case <-t.C():
 			if inflight != nil {
 				h.record(c, false, "", fmt.Errorf("previous look still running after %v", h.clock.Since(started).Round(time.Millisecond)), h.clock.Since(started), false)

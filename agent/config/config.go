@@ -57,6 +57,9 @@ type Config struct {
 	// nodes. It wins over the Service's kolla.openstack.org/public-*
 	// annotations, field by field.
 	Exposure map[string]PublicAddress `json:"exposure,omitempty"`
+	// Reload takes the service to a changed config while it runs; nil:
+	// off (`reload: {}` turns it on with the defaults).
+	Reload *Reload `json:"reload,omitempty"`
 }
 
 // PublicAddress is one entry of exposure:. Fields left out keep what the
@@ -185,6 +188,9 @@ func Parse(name string, b []byte) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if err := c.validateExposure(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := c.validateReload(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return &c, nil

@@ -416,5 +416,5 @@ func (ch *Check) ProbeList() []string {
 // public address), which makes `run` stay as the
 // service's parent in supervise: auto.
 func (c *Config) SteadyState() bool {
-	return len(c.Probes.Checks) > 0 || c.Bootstrap.HasLater() || c.Bootstrap.FollowsExposure()
+	return len(c.Probes.Checks) > 0 || c.Bootstrap.HasLater() || c.Bootstrap.FollowsExposure() || c.Reload != nil
 }

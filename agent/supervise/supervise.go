@@ -77,8 +77,9 @@ type Supervisor struct {
 	stderr  io.Writer
 	copying sync.WaitGroup // the output copiers, when there are pipes
 
-	stopCh chan struct{} // closed by the first Stop
-	done   chan struct{} // closed when Run returns
+	stopCh chan struct{}   // closed by the first Stop
+	done   chan struct{}   // closed when Run returns
+	sigCh  chan sigRequest // Signal's requests, served by Run's loop
 
 	mu      sync.Mutex
 	started bool
@@ -137,6 +138,7 @@ func New(cfg Config) (*Supervisor, error) {
 		stderr:  cfg.Stderr,
 		stopCh:  make(chan struct{}),
 		done:    make(chan struct{}),
+		sigCh:   make(chan sigRequest),
 		spawned: map[int]chan syscall.WaitStatus{},
 		running: make(chan struct{}),
 	}
@@ -164,6 +166,26 @@ func (s *Supervisor) Stop() {
 	if !s.stopped {
 		s.stopped = true
 		close(s.stopCh)
+	}
+}
+
+type sigRequest struct {
+	sig  syscall.Signal
+	sent chan error
+}
+
+// Signal sends sig to the child's process group (a reload: SIGHUP,
+// SIGUSR1), through Run's loop, which alone knows whether the group still
+// exists. It fails when the child is not running or is being stopped.
+func (s *Supervisor) Signal(ctx context.Context, sig syscall.Signal) error {
+	req := sigRequest{sig: sig, sent: make(chan error, 1)}
+	select {
+	case s.sigCh <- req:
+		return <-req.sent
+	case <-s.done:
+		return errors.New("supervise: the service has ended")
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -268,6 +290,17 @@ func (l *loop) run(ctx context.Context, chld, fwd <-chan os.Signal) (int, error)
 		case <-chld:
 			if err := l.reap(); err != nil {
 				return 1, err
+			}
+		case req := <-l.s.sigCh:
+			switch {
+			case l.exited:
+				req.sent <- errors.New("supervise: the service has exited")
+			case l.stopping:
+				req.sent <- errors.New("supervise: the service is being stopped")
+			default:
+				l.s.log.Info("signalling the service", "signal", req.sig.String(), "pgid", l.pid)
+				l.signal(req.sig)
+				req.sent <- nil
 			}
 		case sig := <-fwd:
 			l.s.log.Debug("signal received", "signal", sig.String())

@@ -1,0 +1,210 @@
+package config
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"syscall"
+	"text/template"
+	"time"
+)
+
+// Reload is the reload: section: when a ConfigMap volume changes, render the
+// config again, check it, commit it, make the service take it, verify, and
+// roll back when it is not ready.
+type Reload struct {
+	// Watch lists the mount directories of the ConfigMap volumes; default:
+	// the kolla config dir and the directories of the render sources.
+	Watch []string `json:"watch,omitempty"`
+	// Quiet is the debounce quiet period, MaxWait the longest a burst can
+	// delay the action, Rescan how often the volumes are looked at anyway.
+	Quiet   string `json:"quiet,omitempty"`
+	MaxWait string `json:"maxWait,omitempty"`
+	Rescan  string `json:"rescan,omitempty"`
+	// Action is what the service is made to do: signal, restart, rollout,
+	// none; Actions override it per file.
+	Action  string         `json:"action,omitempty"`
+	Actions []ReloadAction `json:"actions,omitempty"`
+	// Signal is sent to the service's process group by action signal.
+	Signal string `json:"signal,omitempty"`
+	// VerifyTimeout bounds how long the service may take to be ready again.
+	VerifyTimeout string `json:"verifyTimeout,omitempty"`
+	// Validate lists commands that must accept a staged file.
+	Validate []ReloadValidate `json:"validate,omitempty"`
+	// StateDir keeps the staged sets and the applied, good and bad hashes.
+	StateDir string `json:"stateDir,omitempty"`
+}
+
+// ReloadAction overrides the action for the files matching Path (a glob of
+// path.Match over the destination).
+type ReloadAction struct {
+	Path   string `json:"path"`
+	Action string `json:"action"`
+}
+
+// ReloadValidate is a validator of one destination file: Command is a
+// template with {{ .Staged }} and {{ .Dest }} (paths, quoted for the
+// split), then split into words like a shell would.
+type ReloadValidate struct {
+	Dest    string `json:"dest"`
+	Command string `json:"command"`
+}
+
+// Reload defaults.
+const (
+	DefaultReloadQuiet    = time.Second
+	DefaultReloadMaxWait  = 10 * time.Second
+	DefaultReloadRescan   = 60 * time.Second
+	DefaultReloadVerify   = 60 * time.Second
+	DefaultReloadAction   = "signal"
+	DefaultReloadSignal   = "SIGHUP"
+	DefaultReloadStateDir = "/var/lib/kolla-agent/reload"
+)
+
+// Durations returns quiet, maxWait, rescan and verifyTimeout, defaulted.
+func (r *Reload) Durations() (quiet, maxWait, rescan, verify time.Duration) {
+	get := func(s string, def time.Duration) time.Duration {
+		if s == "" {
+			return def
+		}
+		d, _ := time.ParseDuration(s) // validated
+		return d
+	}
+	return get(r.Quiet, DefaultReloadQuiet), get(r.MaxWait, DefaultReloadMaxWait), get(r.Rescan, DefaultReloadRescan), get(r.VerifyTimeout, DefaultReloadVerify)
+}
+
+// ActionFor is the action for the file at dest.
+func (r *Reload) ActionFor(dest string) string {
+	for _, a := range r.Actions {
+		if ok, _ := path.Match(a.Path, dest); ok {
+			return a.Action
+		}
+	}
+	if r.Action == "" {
+		return DefaultReloadAction
+	}
+	return r.Action
+}
+
+// SignalNumber is the configured signal, defaulted.
+func (r *Reload) SignalNumber() syscall.Signal {
+	s, _ := ParseSignal(r.Signal) // validated
+	return s
+}
+
+var reloadSignals = map[string]syscall.Signal{
+	"SIGHUP": syscall.SIGHUP, "SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2,
+	"SIGINT": syscall.SIGINT, "SIGQUIT": syscall.SIGQUIT, "SIGWINCH": syscall.SIGWINCH,
+	"SIGTERM": syscall.SIGTERM,
+}
+
+// ParseSignal reads a signal name with or without its SIG prefix, any
+// case; "" is SIGHUP.
+func ParseSignal(s string) (syscall.Signal, error) {
+	if s == "" {
+		s = DefaultReloadSignal
+	}
+	n := strings.ToUpper(s)
+	if !strings.HasPrefix(n, "SIG") {
+		n = "SIG" + n
+	}
+	if sig, ok := reloadSignals[n]; ok {
+		return sig, nil
+	}
+	return 0, fmt.Errorf("%q is not a signal a service reloads on (want one of SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT, SIGWINCH, SIGTERM)", s)
+}
+
+var reloadActions = []string{"signal", "restart", "rollout", "none"}
+
+func validAction(a string) bool {
+	for _, v := range reloadActions {
+		if a == v {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Config) validateReload() error {
+	r := c.Reload
+	if r == nil {
+		return nil
+	}
+	for _, f := range []struct{ name, v string }{{"quiet", r.Quiet}, {"maxWait", r.MaxWait}, {"rescan", r.Rescan}, {"verifyTimeout", r.VerifyTimeout}} {
+		if _, err := parseDuration("reload."+f.name, f.v); err != nil {
+			return err
+		}
+	}
+	q, m, _, v := r.Durations()
+	if r.MaxWait != "" && m < q {
+		return fmt.Errorf("reload.maxWait: %s is shorter than quiet (%s)", m, q)
+	}
+	if r.VerifyTimeout != "" && v == 0 {
+		return fmt.Errorf("reload.verifyTimeout: 0 (a reload must be verified within some time)")
+	}
+	for i, w := range r.Watch {
+		if !path.IsAbs(w) {
+			return fmt.Errorf("reload.watch[%d]: %q is not an absolute path", i, w)
+		}
+	}
+	if r.Action != "" && !validAction(r.Action) {
+		return fmt.Errorf("reload.action: %q (want signal, restart, rollout or none)", r.Action)
+	}
+	for i, a := range r.Actions {
+		f := fmt.Sprintf("reload.actions[%d]", i)
+		switch {
+		case a.Path == "":
+			return fmt.Errorf("%s.path: empty", f)
+		case !path.IsAbs(a.Path):
+			return fmt.Errorf("%s.path: %q is not an absolute path", f, a.Path)
+		case !validAction(a.Action):
+			return fmt.Errorf("%s.action: %q (want signal, restart, rollout or none)", f, a.Action)
+		}
+		if _, err := path.Match(a.Path, "/"); err != nil {
+			return fmt.Errorf("%s.path: %q: %v", f, a.Path, err)
+		}
+	}
+	if _, err := ParseSignal(r.Signal); err != nil {
+		return fmt.Errorf("reload.signal: %v", err)
+	}
+	if r.StateDir != "" && !path.IsAbs(r.StateDir) {
+		return fmt.Errorf("reload.stateDir: %q is not an absolute path", r.StateDir)
+	}
+	seen := map[string]bool{}
+	for i, v := range r.Validate {
+		f := fmt.Sprintf("reload.validate[%d]", i)
+		switch {
+		case v.Dest == "":
+			return fmt.Errorf("%s.dest: empty", f)
+		case !path.IsAbs(v.Dest):
+			return fmt.Errorf("%s.dest: %q is not an absolute path", f, v.Dest)
+		case strings.TrimSpace(v.Command) == "":
+			return fmt.Errorf("%s.command: empty", f)
+		case !strings.Contains(v.Command, ".Staged"):
+			return fmt.Errorf("%s.command: %q does not name the staged file ({{ .Staged }}): it would check the live one", f, v.Command)
+		case seen[v.Dest]:
+			return fmt.Errorf("%s.dest: %s has a validator already", f, v.Dest)
+		}
+		seen[v.Dest] = true
+		if err := checkTemplate(v.Command); err != nil {
+			return fmt.Errorf("%s.command: %v", f, err)
+		}
+	}
+	return nil
+}
+
+// checkTemplate parses and executes a validator's command with sample
+// values and splits it into words, so a misspelt {{ .Stagd }} or an
+// unclosed quote is an error now, not at the first reload.
+func checkTemplate(cmd string) error {
+	t, err := template.New("").Option("missingkey=error").Parse(cmd)
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, map[string]string{"Staged": "/staged", "Dest": "/dest"}); err != nil {
+		return err
+	}
+	_, err = splitWords(b.String())
+	return err
+}

@@ -1,0 +1,257 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/reload"
+	"github.com/kolla-agent/kolla-agent/agent/render"
+	"github.com/kolla-agent/kolla-agent/probes"
+)
+
+// reloadRun is the reload duty of one `run`: the watcher and the pipeline
+// (agent/reload), with the agent's means plugged in: its render, the
+// service's signal, the readiness checks, Events and metrics.
+type reloadRun struct {
+	a       *Agent
+	p       *Plan
+	cfg     *config.Reload
+	rcfg    reload.Config // completed by run with the service's means
+	files   []render.File // the config the service started with
+	r       *reload.Reloader
+	watch   reload.WatchConfig
+	outcome *prometheus.CounterVec
+	applied *prometheus.GaugeVec
+}
+
+// signaller is what the reload needs of the service.
+type signaller interface {
+	Signal(ctx context.Context, sig syscall.Signal) error
+}
+
+// newReload prepares the reload of a `run` whose service started with
+// files (the render just committed): nil when the config has no reload.
+func (a *Agent) newReload(p *Plan, files []render.File) (*reloadRun, error) {
+	cfg := config0(p).Reload
+	if cfg == nil {
+		return nil, nil
+	}
+	quiet, maxWait, rescan, verify := cfg.Durations()
+	rr := &reloadRun{a: a, p: p, cfg: cfg, files: files}
+	rr.watch = reload.WatchConfig{Dirs: a.reloadDirs(p), Quiet: quiet, MaxWait: maxWait, Rescan: rescan, Logger: a.log}
+	var vals []reload.Validation
+	for _, v := range cfg.Validate {
+		vals = append(vals, reload.Validation{Dest: v.Dest, Command: v.Command})
+	}
+	stateDir := cfg.StateDir
+	if stateDir == "" {
+		stateDir = config.DefaultReloadStateDir
+	}
+	rr.rcfg = reload.Config{
+		Render: func(ctx context.Context) (reload.Rendered, error) {
+			r, err := a.renderConfig(ctx, p)
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		},
+		Validations:   vals,
+		VerifyTimeout: verify,
+		Gate:          func(reason string) { a.gate("reloading", reason) },
+		Report:        rr.report,
+		StateDir:      a.path(stateDir),
+		Logger:        a.log,
+	}
+	rr.outcome = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kolla_agent_reload_total",
+		Help: "Reload passes by outcome: applied, rejected, rolled-back, failed, skipped (a config refused before).",
+	}, []string{"outcome"})
+	rr.applied = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "kolla_agent_config_info",
+		Help: "Always 1; the label is the hash of the config the service runs with.",
+	}, []string{"hash"})
+	if a.registry != nil {
+		if err := a.registry.Register(rr.outcome); err != nil {
+			return nil, err
+		}
+		if err := a.registry.Register(rr.applied); err != nil {
+			return nil, err
+		}
+	}
+	rr.applied.WithLabelValues(render.Hash(files)).Set(1)
+	return rr, nil
+}
+
+// reloadDirs: reload.watch, else the kolla config dir (kolla mode) and the
+// volumes of the render sources (the nearest directory with ..data, else
+// the source's own directory).
+func (a *Agent) reloadDirs(p *Plan) []string {
+	c := config0(p)
+	var dirs []string
+	if len(c.Reload.Watch) > 0 {
+		for _, w := range c.Reload.Watch {
+			dirs = append(dirs, a.path(w))
+		}
+		return dirs
+	}
+	if kc, err := a.kolla(p); err == nil && kc != nil {
+		dirs = append(dirs, a.path(render.KollaConfigDir))
+	}
+	for _, it := range c.Render {
+		dir := filepath.Dir(a.path(it.Src))
+		for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
+			if _, err := os.Lstat(filepath.Join(d, "..data")); err == nil {
+				dir = d
+				break
+			}
+		}
+		if !slices.Contains(dirs, dir) {
+			dirs = append(dirs, dir)
+		}
+	}
+	return dirs
+}
+
+// run watches and reloads until ctx ends: one pipeline pass per burst, and
+// one at the start for a change made between the start's render and the
+// watch.
+func (rr *reloadRun) run(ctx context.Context, svc signaller, health *probes.Health, means checkMeans) error {
+	a := rr.a
+	c := rr.rcfg
+	c.Act = func(ctx context.Context, changed []string) error { return rr.act(ctx, svc, changed) }
+	c.Verify = health.Verify
+	c.Exec = func(ctx context.Context, argv []string) (string, error) {
+		return probes.NewExec(argv, means.spawner, means.env).Check(ctx)
+	}
+	var err error
+	if rr.r, err = reload.New(c); err != nil {
+		return err
+	}
+	if rr.files != nil {
+		if err := rr.r.Started(rr.files); err != nil {
+			a.log.Warn("reload: the running config is not recorded; a failed reload cannot be rolled back to it", "error", err.Error())
+		}
+		rr.files = nil // a duty run again (sideDuty) keeps what it recorded
+	}
+	w, vols, err := reload.NewWatcher(rr.watch)
+	if err != nil {
+		return err
+	}
+	if len(vols) == 0 {
+		a.log.Warn("reload: nothing to watch (no reload.watch, no kolla config dir, no render sources): the config is never reloaded")
+		<-ctx.Done()
+		return nil
+	}
+	for _, v := range vols {
+		switch v.Kind {
+		case "volume":
+			a.log.Info("reload: watching", "dir", v.Dir)
+		case "directory":
+			a.log.Info("reload: watching a directory that is not a ConfigMap volume (no ..data): any change of its files counts", "dir", v.Dir)
+		case "file":
+			a.log.Warn("reload: a single file, as a subPath mount gives: the kubelet never updates those (kubernetes#50345); mount the whole volume", "path", v.Dir)
+		case "missing":
+			a.log.Warn("reload: does not exist (yet); looked for again at each rescan", "dir", v.Dir)
+		}
+	}
+	if err := rr.r.Recover(ctx); err != nil {
+		return err
+	}
+	bursts := make(chan reload.Burst, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	werr := make(chan error, 1)
+	go func() { werr <- w.Run(wctx, bursts) }()
+	rr.pass(ctx, "start")
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-werr:
+			return err
+		case b := <-bursts:
+			rr.pass(ctx, strings.Join(b.Reasons, "; "))
+		}
+	}
+}
+
+func (rr *reloadRun) pass(ctx context.Context, why string) {
+	start := time.Now()
+	before := rr.r.Applied()
+	outcome, err := rr.r.Reload(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	rr.outcome.WithLabelValues(outcome).Inc()
+	if after := rr.r.Applied(); after != before {
+		rr.applied.Reset()
+		rr.applied.WithLabelValues(after).Set(1)
+	}
+	attrs := []any{"outcome", outcome, "why", why, "took", time.Since(start).Round(time.Millisecond).String()}
+	if err != nil {
+		attrs = append(attrs, "error", err.Error())
+	}
+	if outcome == reload.OutcomeUnchanged {
+		rr.a.log.Debug("reload pass", attrs...)
+	} else {
+		rr.a.log.Info("reload pass", attrs...)
+	}
+}
+
+// act makes the service take the changed files: the strongest action any
+// of them asks for.
+func (rr *reloadRun) act(ctx context.Context, svc signaller, changed []string) error {
+	action := "none"
+	rank := map[string]int{"none": 0, "signal": 1, "restart": 2, "rollout": 3}
+	for _, f := range changed {
+		if x := rr.cfg.ActionFor(f); rank[x] > rank[action] {
+			action = x
+		}
+	}
+	switch action {
+	case "none":
+		return nil
+	case "signal":
+		if svc == nil {
+			return errors.New("no service to signal")
+		}
+		return svc.Signal(ctx, rr.cfg.SignalNumber())
+	}
+	return fmt.Errorf("action %s is not available yet", action)
+}
+
+// report posts each outcome as an Event on the pod.
+func (rr *reloadRun) report(outcome, hash, msg string) {
+	reason, typ := map[string]string{
+		reload.OutcomeApplied:    "ReloadApplied",
+		reload.OutcomeRejected:   "ReloadRejected",
+		reload.OutcomeRolledBack: "ReloadRolledBack",
+		reload.OutcomeFailed:     "ReloadFailed",
+	}[outcome], "Warning"
+	if reason == "" {
+		return
+	}
+	if outcome == reload.OutcomeApplied {
+		typ = "Normal"
+	}
+	a, p := rr.a, rr.p
+	kube, err := a.kubeClient()
+	if err != nil || kube == nil || p.PodName == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := postEvent(ctx, kube, p.Namespace, p.PodName, typ, reason, msg); err != nil {
+		a.log.Debug("could not post an Event", "reason", reason, "error", err.Error())
+	}
+}

@@ -1,0 +1,82 @@
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"sort"
+)
+
+// File is one file of a rendered config as it is wanted: what a reload
+// stages, validates, hashes, and puts back when it rolls back.
+type File struct {
+	Path     string // the container's path (the destination)
+	Host     string // where it is written here: Path under the root
+	Data     []byte
+	Mode     fs.FileMode
+	UID, GID int // -1: left as the process creates it
+}
+
+// Files lists the files the plan's config writes (config_files, files, the
+// image defaults it restores), as wanted, sorted by path. COPY_ONCE after
+// its first copy writes nothing, so lists nothing.
+func (p *KollaPlan) Files() []File {
+	if p.configured {
+		return nil
+	}
+	var out []File
+	for k, n := range p.v.over {
+		if n.role != kollaRoleConfig || n.kind != kollaFile || !n.hasData {
+			continue
+		}
+		out = append(out, File{Path: k, Host: p.v.host(k), Data: n.data, Mode: n.mode, UID: n.uid, GID: n.gid})
+	}
+	sortFiles(out)
+	return out
+}
+
+// TemplateFiles are rendered templates as Files, sorted by path.
+func TemplateFiles(rs []RenderedTemplate) []File {
+	out := make([]File, len(rs))
+	for i, r := range rs {
+		out[i] = File{Path: r.Item.Dest, Host: r.Path, Data: r.Data, Mode: r.Mode, UID: r.UID, GID: r.GID}
+	}
+	sortFiles(out)
+	return out
+}
+
+func sortFiles(fs []File) { sort.Slice(fs, func(i, j int) bool { return fs[i].Path < fs[j].Path }) }
+
+// WriteFiles writes each file atomically (a temporary file, fsync'd,
+// renamed over the old one), in order; it stops at the first failure.
+func WriteFiles(files []File) error {
+	for _, f := range files {
+		if err := writeFileAtomic(f.Host, f.Data, f.Mode, f.UID, f.GID); err != nil {
+			return fmt.Errorf("%s: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// Hash names a set of files by what they are: path, mode, owner and content
+// of each, in path order. Two renders with the same result have the same
+// hash, whatever the sources looked like.
+func Hash(files []File) string {
+	sorted := append([]File(nil), files...)
+	sortFiles(sorted)
+	h := sha256.New()
+	var b [8]byte
+	field := func(p []byte) {
+		binary.BigEndian.PutUint64(b[:], uint64(len(p)))
+		h.Write(b[:])
+		h.Write(p)
+	}
+	for _, f := range sorted {
+		field([]byte(f.Path))
+		field(fmt.Appendf(nil, "%o %d %d", uint32(f.Mode), f.UID, f.GID))
+		field(f.Data)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
