@@ -2,8 +2,11 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +19,7 @@ import (
 	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/reload"
 	"github.com/kolla-agent/kolla-agent/agent/render"
+	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/probes"
 )
 
@@ -32,7 +36,13 @@ type reloadRun struct {
 	watch   reload.WatchConfig
 	outcome *prometheus.CounterVec
 	applied *prometheus.GaugeVec
+	// restarter restarts the service inside the container (action restart).
+	restarter interface{ Restart(context.Context) error }
 }
+
+// ConfigHashAnnotation, on a workload's pod template, is the hash of the
+// config its pods run: action rollout sets it to roll the pods out.
+const ConfigHashAnnotation = "kolla.openstack.org/config-hash"
 
 // signaller is what the reload needs of the service.
 type signaller interface {
@@ -128,7 +138,7 @@ func (a *Agent) reloadDirs(p *Plan) []string {
 func (rr *reloadRun) run(ctx context.Context, svc signaller, health *probes.Health, means checkMeans) error {
 	a := rr.a
 	c := rr.rcfg
-	c.Act = func(ctx context.Context, changed []string) error { return rr.act(ctx, svc, changed) }
+	c.Act = func(ctx context.Context, hash string, changed []string) error { return rr.act(ctx, svc, hash, changed) }
 	c.Verify = health.Verify
 	c.Exec = func(ctx context.Context, argv []string) (string, error) {
 		return probes.NewExec(argv, means.spawner, means.env).Check(ctx)
@@ -210,7 +220,7 @@ func (rr *reloadRun) pass(ctx context.Context, why string) {
 
 // act makes the service take the changed files: the strongest action any
 // of them asks for.
-func (rr *reloadRun) act(ctx context.Context, svc signaller, changed []string) error {
+func (rr *reloadRun) act(ctx context.Context, svc signaller, hash string, changed []string) error {
 	action := "none"
 	rank := map[string]int{"none": 0, "signal": 1, "restart": 2, "rollout": 3}
 	for _, f := range changed {
@@ -226,8 +236,85 @@ func (rr *reloadRun) act(ctx context.Context, svc signaller, changed []string) e
 			return errors.New("no service to signal")
 		}
 		return svc.Signal(ctx, rr.cfg.SignalNumber())
+	case "restart":
+		if rr.restarter == nil {
+			return errors.New("no service to restart")
+		}
+		rr.a.log.Info("reload: restarting the service inside the container")
+		return rr.restarter.Restart(ctx)
+	case "rollout":
+		// The pod's controller replaces every pod, this one included:
+		// each replica patches the same value, so there is one rollout.
+		kube, err := rr.a.kubeClient()
+		switch {
+		case err != nil:
+			return err
+		case kube == nil:
+			return errors.New("rollout needs the Kubernetes API (no service-account token, no --kubeconfig)")
+		case rr.p.PodName == "":
+			return errors.New("rollout needs the pod's name (POD_NAME)")
+		}
+		// The value is the sources' hash, not the rendered one: a render
+		// may hold the pod's own IP or name, and every replica must patch
+		// the same value for the rollout to be one.
+		src, err := sourceHash(rr.watch.Dirs)
+		if err != nil {
+			return fmt.Errorf("rollout: %w", err)
+		}
+		owner, changed, err := bootstrap.Rollout(ctx, kube, rr.p.Namespace, rr.p.PodName, ConfigHashAnnotation, src)
+		if err != nil {
+			return fmt.Errorf("rollout: %w", err)
+		}
+		if changed {
+			rr.a.log.Info("reload: rolling the pods out with the new config", "owner", owner.Kind+"/"+owner.Name, "sources", src)
+		} else {
+			rr.a.log.Info("reload: the rollout to this config is under way already", "owner", owner.Kind+"/"+owner.Name, "sources", src)
+		}
+		return nil
 	}
 	return fmt.Errorf("action %s is not available yet", action)
+}
+
+// sourceHash names what the watched volumes hold, the same in every
+// replica: each directory's files (through ..data for a kubelet volume,
+// leaving out the kubelet's own dot entries), names and contents, in order.
+func sourceHash(dirs []string) (string, error) {
+	h := sha256.New()
+	for _, d := range slices.Sorted(slices.Values(dirs)) {
+		root := d
+		if t, err := os.Readlink(filepath.Join(d, "..data")); err == nil {
+			root = filepath.Join(d, t)
+		}
+		err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if path != root && strings.HasPrefix(e.Name(), "..") {
+				if e.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !e.Type().IsRegular() && e.Type()&fs.ModeSymlink == 0 {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				if e.Type()&fs.ModeSymlink != 0 {
+					return nil // a link to a directory or nowhere
+				}
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			fmt.Fprintf(h, "%s\x00%d\x00", filepath.Join(filepath.Base(d), rel), len(b))
+			h.Write(b)
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
 // report posts each outcome as an Event on the pod.

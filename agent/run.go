@@ -226,23 +226,38 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 	if !a.supervise(run.Supervise, cfg.SteadyState()) {
 		return 0, execAs(command, env, cred)
 	}
-	s, err := supervise.New(supervise.Config{
-		Command:    command,
-		Env:        env,
-		Credential: cred,
-		Grace:      cfg.Grace(),
-		Logger:     a.log,
-		Signals:    forwarded(),
-	})
-	if err != nil {
-		return 0, configErr("run: %v", err)
+	newSup := func() (*supervise.Supervisor, error) {
+		return supervise.New(supervise.Config{
+			Command:    command,
+			Env:        env,
+			Credential: cred,
+			Grace:      cfg.Grace(),
+			Logger:     a.log,
+			Signals:    forwarded(),
+		})
 	}
-	a.metrics.restarts(func() int { return 0 }) // run never restarts the service (yet): it exits with it
 	rr, err := a.newReload(p, rc.Files())
 	if err != nil {
 		return 0, err
 	}
-	code, err := a.steadyState(ctx, p, pr, s, s, s, env, rr)
+	var code int
+	if rr == nil {
+		s, serr := newSup()
+		if serr != nil {
+			return 0, configErr("run: %v", serr)
+		}
+		a.metrics.restarts(func() int { return 0 }) // without reload the agent exits with the service
+		code, err = a.steadyState(ctx, p, pr, s, s, s, env, nil)
+	} else {
+		// A reload may restart the service inside the container.
+		s, serr := newRestartable(newSup)
+		if serr != nil {
+			return 0, configErr("run: %v", serr)
+		}
+		rr.restarter = s
+		a.metrics.restarts(s.Restarts)
+		code, err = a.steadyState(ctx, p, pr, s, s, s, env, rr)
+	}
 	var cerr *ConfigError
 	switch {
 	case errors.As(err, &cerr):

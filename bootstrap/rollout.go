@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
 )
@@ -53,34 +55,95 @@ type revision struct {
 // ownRevision finds the pod's owner (unless given) and its revision, with
 // one GET of the pod and, for a Deployment, one of its ReplicaSet.
 func (c *Coordinator) ownRevision(ctx context.Context, pod string, given Owner) (revision, error) {
+	owner, p, rs, err := podOwner(ctx, c.get, pod)
+	if err != nil {
+		return revision{}, err
+	}
+	if owner.Kind != "deployment" && owner.Kind != "statefulset" {
+		return revision{}, fmt.Errorf("pod %s is owned by no Deployment or StatefulSet: phases after the rollout need one", pod)
+	}
+	if given.Name != "" && given != owner {
+		return revision{}, fmt.Errorf("bootstrap.owner is %s/%s but pod %s belongs to %s %s", given.Kind, given.Name, pod, owner.Kind, owner.Name)
+	}
+	if owner.Kind == "deployment" {
+		return revision{owner: owner, value: rs.Annotations[revisionAnnotation]}, nil
+	}
+	return revision{owner: owner, value: p.Labels["controller-revision-hash"]}, nil
+}
+
+// podOwner finds the workload that controls pod: a Deployment (through its
+// ReplicaSet), a StatefulSet or a DaemonSet, with one GET of the pod and,
+// for a Deployment, one of the ReplicaSet, which it returns too.
+func podOwner(ctx context.Context, get func(context.Context, schema.GroupVersionResource, string, any) error, pod string) (Owner, *ownerRef, *ownerRef, error) {
 	var p ownerRef
-	if err := c.get(ctx, podsGVR, pod, &p); err != nil {
-		return revision{}, fmt.Errorf("own pod %s: %w", pod, err)
+	if err := get(ctx, podsGVR, pod, &p); err != nil {
+		return Owner{}, nil, nil, fmt.Errorf("own pod %s: %w", pod, err)
 	}
 	ref := p.controller()
 	switch {
 	case ref != nil && ref.Kind == "ReplicaSet":
 		var rs ownerRef
-		if err := c.get(ctx, replicaSetsGVR, ref.Name, &rs); err != nil {
-			return revision{}, fmt.Errorf("replicaset %s of pod %s: %w", ref.Name, pod, err)
+		if err := get(ctx, replicaSetsGVR, ref.Name, &rs); err != nil {
+			return Owner{}, nil, nil, fmt.Errorf("replicaset %s of pod %s: %w", ref.Name, pod, err)
 		}
 		d := rs.controller()
 		if d == nil || d.Kind != "Deployment" {
-			return revision{}, fmt.Errorf("replicaset %s of pod %s has no Deployment", ref.Name, pod)
+			return Owner{}, nil, nil, fmt.Errorf("replicaset %s of pod %s has no Deployment", ref.Name, pod)
 		}
-		owner := Owner{Kind: "deployment", Name: d.Name}
-		if given.Name != "" && given != owner {
-			return revision{}, fmt.Errorf("bootstrap.owner is %s/%s but pod %s belongs to deployment %s", given.Kind, given.Name, pod, d.Name)
-		}
-		return revision{owner: owner, value: rs.Annotations[revisionAnnotation]}, nil
+		return Owner{Kind: "deployment", Name: d.Name}, &p, &rs, nil
 	case ref != nil && ref.Kind == "StatefulSet":
-		owner := Owner{Kind: "statefulset", Name: ref.Name}
-		if given.Name != "" && given != owner {
-			return revision{}, fmt.Errorf("bootstrap.owner is %s/%s but pod %s belongs to statefulset %s", given.Kind, given.Name, pod, ref.Name)
-		}
-		return revision{owner: owner, value: p.Labels["controller-revision-hash"]}, nil
+		return Owner{Kind: "statefulset", Name: ref.Name}, &p, nil, nil
+	case ref != nil && ref.Kind == "DaemonSet":
+		return Owner{Kind: "daemonset", Name: ref.Name}, &p, nil, nil
 	}
-	return revision{}, fmt.Errorf("pod %s is owned by no Deployment or StatefulSet: phases after the rollout need one", pod)
+	return Owner{}, nil, nil, fmt.Errorf("pod %s is owned by no Deployment, StatefulSet or DaemonSet", pod)
+}
+
+var workloadGVRs = map[string]schema.GroupVersionResource{
+	"deployment":  deploymentsGVR,
+	"statefulset": {Group: "apps", Version: "v1", Resource: "statefulsets"},
+	"daemonset":   {Group: "apps", Version: "v1", Resource: "daemonsets"},
+}
+
+// Rollout sets the annotation key=value on the pod template of the
+// workload that owns pod ns/pod, so that its controller replaces every pod.
+// Every replica may call it with the same value: the template changes once,
+// so N replicas make one rollout; a template that has the value already is
+// not written. It returns the owner and whether this call changed it.
+func Rollout(ctx context.Context, kube *discovery.Kube, ns, pod, key, value string) (Owner, bool, error) {
+	get := func(ctx context.Context, gvr schema.GroupVersionResource, name string, into any) error {
+		u, err := kube.Resource(gvr, ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
+	}
+	owner, _, _, err := podOwner(ctx, get, pod)
+	if err != nil {
+		return Owner{}, false, err
+	}
+	gvr := workloadGVRs[owner.Kind]
+	var w struct {
+		Spec struct {
+			Template struct {
+				metav1.ObjectMeta `json:"metadata"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := get(ctx, gvr, owner.Name, &w); err != nil {
+		return owner, false, fmt.Errorf("%s %s: %w", owner.Kind, owner.Name, err)
+	}
+	if w.Spec.Template.Annotations[key] == value {
+		return owner, false, nil
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": map[string]string{key: value}}}}})
+	if err != nil {
+		return owner, false, err
+	}
+	if _, err := kube.Resource(gvr, ns).Patch(ctx, owner.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "kolla-agent"}); err != nil {
+		return owner, false, fmt.Errorf("%s %s: %w", owner.Kind, owner.Name, err)
+	}
+	return owner, true, nil
 }
 
 // PodImages returns the images of the pod's containers and init

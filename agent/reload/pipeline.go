@@ -55,9 +55,10 @@ type Config struct {
 	Exec func(ctx context.Context, argv []string) (string, error)
 	// ValidateTimeout bounds each validator; default 30s.
 	ValidateTimeout time.Duration
-	// Act makes the service take the committed files (changed: their paths):
-	// a signal, a restart, a rollout. Nil: nothing to do.
-	Act func(ctx context.Context, changed []string) error
+	// Act makes the service take the committed files (hash: the set's,
+	// changed: their paths): a signal, a restart, a rollout. Nil: nothing
+	// to do.
+	Act func(ctx context.Context, hash string, changed []string) error
 	// Verify waits until the service is ready after a change made at since;
 	// it returns an error when ctx ends first. Nil: nothing to wait for.
 	Verify func(ctx context.Context, since time.Time) error
@@ -151,7 +152,7 @@ func (r *Reloader) Recover(ctx context.Context) error {
 		return fmt.Errorf("reload: restoring %s: %w", good, err)
 	}
 	if r.cfg.Act != nil {
-		if err := r.cfg.Act(ctx, paths(files)); err != nil {
+		if err := r.cfg.Act(ctx, good, paths(files)); err != nil {
 			r.log.Warn("reload: acting on the restored config", "error", err.Error())
 		}
 	}
@@ -205,7 +206,7 @@ func (r *Reloader) Reload(ctx context.Context) (string, error) {
 	}
 	r.st.write("applied", hash)
 	r.log.Info("reload: new config committed", "hash", hash, "changed", strings.Join(changed, ","))
-	err = r.actAndVerify(ctx, changed, "reload "+hash)
+	err = r.actAndVerify(ctx, hash, changed, "reload "+hash)
 	if err == nil {
 		r.st.write("good", hash)
 		r.st.write("pending", "")
@@ -229,7 +230,7 @@ func (r *Reloader) Reload(ctx context.Context) (string, error) {
 	}
 	removeAdded(goodFiles, files)
 	r.st.write("applied", good)
-	verr := r.actAndVerify(ctx, changed, "rollback to "+good)
+	verr := r.actAndVerify(ctx, good, changed, "rollback to "+good)
 	r.st.write("pending", "")
 	r.st.prune(good)
 	msg := fmt.Sprintf("config %s failed verification (%v); rolled back to %s", hash, err, good)
@@ -242,14 +243,14 @@ func (r *Reloader) Reload(ctx context.Context) (string, error) {
 
 // actAndVerify acts on the changed files and waits for readiness, with
 // readiness failing "reloading" meanwhile.
-func (r *Reloader) actAndVerify(ctx context.Context, changed []string, what string) error {
+func (r *Reloader) actAndVerify(ctx context.Context, hash string, changed []string, what string) error {
 	if r.cfg.Gate != nil {
 		r.cfg.Gate(what)
 		defer r.cfg.Gate("")
 	}
 	since := time.Now()
 	if r.cfg.Act != nil {
-		if err := r.cfg.Act(ctx, changed); err != nil {
+		if err := r.cfg.Act(ctx, hash, changed); err != nil {
 			return fmt.Errorf("acting: %w", err)
 		}
 	}

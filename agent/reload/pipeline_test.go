@@ -62,7 +62,7 @@ func newPipe(t *testing.T, files map[string]string, vals ...Validation) *pipe {
 			out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 			return string(out), err
 		},
-		Act: func(_ context.Context, changed []string) error {
+		Act: func(_ context.Context, _ string, changed []string) error {
 			p.acts = append(p.acts, changed)
 			return nil
 		},
@@ -240,7 +240,7 @@ func TestReloadStagingDiskFull(t *testing.T) {
 		t.Skipf("cannot mount tmpfs: %v", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(small, 0) })
-	r, err := New(Config{Render: p.fr.render, StateDir: small, Act: func(context.Context, []string) error { t.Error("acted"); return nil }})
+	r, err := New(Config{Render: p.fr.render, StateDir: small, Act: func(context.Context, string, []string) error { t.Error("acted"); return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
