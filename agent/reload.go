@@ -36,7 +36,9 @@ type reloadRun struct {
 	watch   reload.WatchConfig
 	outcome *prometheus.CounterVec
 	applied *prometheus.GaugeVec
-	// restarter restarts the service inside the container (action restart).
+	// signal signals the service and restarter restarts it: the
+	// supervised child under run, the found process in sidecar mode.
+	signal    signaller
 	restarter interface{ Restart(context.Context) error }
 }
 
@@ -135,10 +137,10 @@ func (a *Agent) reloadDirs(p *Plan) []string {
 // run watches and reloads until ctx ends: one pipeline pass per burst, and
 // one at the start for a change made between the start's render and the
 // watch.
-func (rr *reloadRun) run(ctx context.Context, svc signaller, health *probes.Health, means checkMeans) error {
+func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means checkMeans) error {
 	a := rr.a
 	c := rr.rcfg
-	c.Act = func(ctx context.Context, hash string, changed []string) error { return rr.act(ctx, svc, hash, changed) }
+	c.Act = rr.act
 	c.Verify = health.Verify
 	c.Exec = func(ctx context.Context, argv []string) (string, error) {
 		return probes.NewExec(argv, means.spawner, means.env).Check(ctx)
@@ -146,6 +148,13 @@ func (rr *reloadRun) run(ctx context.Context, svc signaller, health *probes.Heal
 	var err error
 	if rr.r, err = reload.New(c); err != nil {
 		return err
+	}
+	if rr.files == nil && rr.r.Applied() == "" {
+		// Sidecar mode, first start: what the service runs with is what
+		// is on disk now.
+		if rr.files, err = rr.liveFiles(ctx); err != nil {
+			return err
+		}
 	}
 	if rr.files != nil {
 		if err := rr.r.Started(rr.files); err != nil {
@@ -195,6 +204,32 @@ func (rr *reloadRun) run(ctx context.Context, svc signaller, health *probes.Heal
 	}
 }
 
+// liveFiles is the config as the service has it: the files the render
+// writes, read from disk (a file not there is left out).
+func (rr *reloadRun) liveFiles(ctx context.Context) ([]render.File, error) {
+	r, err := rr.a.renderConfig(ctx, rr.p)
+	if err != nil {
+		return nil, err
+	}
+	var live []render.File
+	for _, f := range r.Files() {
+		b, err := os.ReadFile(f.Host)
+		if err != nil {
+			continue
+		}
+		fi, err := os.Stat(f.Host)
+		if err != nil {
+			continue
+		}
+		f.Data, f.Mode = b, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && f.UID >= 0 {
+			f.UID, f.GID = int(st.Uid), int(st.Gid)
+		}
+		live = append(live, f)
+	}
+	return live, nil
+}
+
 func (rr *reloadRun) pass(ctx context.Context, why string) {
 	start := time.Now()
 	before := rr.r.Applied()
@@ -220,7 +255,7 @@ func (rr *reloadRun) pass(ctx context.Context, why string) {
 
 // act makes the service take the changed files: the strongest action any
 // of them asks for.
-func (rr *reloadRun) act(ctx context.Context, svc signaller, hash string, changed []string) error {
+func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) error {
 	action := "none"
 	rank := map[string]int{"none": 0, "signal": 1, "restart": 2, "rollout": 3}
 	for _, f := range changed {
@@ -232,10 +267,10 @@ func (rr *reloadRun) act(ctx context.Context, svc signaller, hash string, change
 	case "none":
 		return nil
 	case "signal":
-		if svc == nil {
+		if rr.signal == nil {
 			return errors.New("no service to signal")
 		}
-		return svc.Signal(ctx, rr.cfg.SignalNumber())
+		return rr.signal.Signal(ctx, rr.cfg.SignalNumber())
 	case "restart":
 		if rr.restarter == nil {
 			return errors.New("no service to restart")

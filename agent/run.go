@@ -254,7 +254,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		if serr != nil {
 			return 0, configErr("run: %v", serr)
 		}
-		rr.restarter = s
+		rr.signal, rr.restarter = s, s
 		a.metrics.restarts(s.Restarts)
 		code, err = a.steadyState(ctx, p, pr, s, s, s, env, rr)
 	}

@@ -2,7 +2,12 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"os"
+	"syscall"
+	"time"
 
 	"github.com/kolla-agent/kolla-agent/probes"
 )
@@ -14,7 +19,7 @@ import (
 // and exits 0.
 func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 	cfg := config0(p)
-	var pids probes.PIDSource
+	var pids *probes.Finder
 	if m := cfg.Sidecar.Process; m.PIDFile != "" || m.Name != "" || m.Cmdline != "" {
 		f, err := probes.NewFinder(probes.FinderConfig{PIDFile: m.PIDFile, Name: m.Name, Cmdline: m.Cmdline, Root: a.opts.Root})
 		if err != nil {
@@ -24,6 +29,59 @@ func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 		a.metrics.restarts(f.Restarts)
 		pids = f
 	}
-	_, err := a.steadyState(ctx, p, nil, nil, pids, probes.OSSpawner{}, os.Environ(), nil)
+	// The reload: the config another container's service reads (a shared
+	// volume), signalled or restarted through its found process.
+	rr, err := a.newReload(p, nil)
+	if err != nil {
+		return err
+	}
+	if rr != nil {
+		if pids == nil {
+			return configErr("%s: reload in sidecar mode needs sidecar.process, to find the service to signal", p.Source)
+		}
+		f := foundService{pids: pids, log: a.log}
+		rr.signal, rr.restarter = f, f
+	}
+	_, err = a.steadyState(ctx, p, nil, nil, pids, probes.OSSpawner{}, os.Environ(), rr)
 	return err
+}
+
+// foundService is the service of another container, found in the shared
+// PID namespace: signalled directly; restarted by SIGTERM, after which the
+// kubelet starts its container again (a container restart).
+type foundService struct {
+	pids interface {
+		probes.PIDSource
+		Restarts() int
+	}
+	log *slog.Logger
+}
+
+func (f foundService) Signal(_ context.Context, sig syscall.Signal) error {
+	pid := f.pids.PID()
+	if pid == 0 {
+		return errors.New("the service's process is not found")
+	}
+	f.log.Info("signalling the service", "signal", sig.String(), "pid", pid)
+	return syscall.Kill(pid, sig)
+}
+
+// Restart sends SIGTERM and returns once another process is found.
+func (f foundService) Restart(ctx context.Context) error {
+	before := f.pids.Restarts()
+	if err := f.Signal(ctx, syscall.SIGTERM); err != nil {
+		return err
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the service did not come back: %w", ctx.Err())
+		case <-t.C:
+			if f.pids.PID() != 0 && f.pids.Restarts() > before {
+				return nil
+			}
+		}
+	}
 }

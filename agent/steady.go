@@ -83,18 +83,19 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 
 	// 2. The reload, which acts on the service: stopped before it is.
 	if rr != nil {
-		sig, _ := svc.(signaller)
 		rctx, rcancel := context.WithCancel(ctx)
 		g.Add(func() error {
-			select {
-			case <-svc.Running():
-			case <-svc.Done():
-				<-rctx.Done()
-				return nil
-			case <-rctx.Done():
-				return nil
+			if svc != nil {
+				select {
+				case <-svc.Running():
+				case <-svc.Done():
+					<-rctx.Done()
+					return nil
+				case <-rctx.Done():
+					return nil
+				}
 			}
-			a.sideDuty(rctx, "reload", func(ctx context.Context) error { return rr.run(ctx, sig, health, means) })
+			a.sideDuty(rctx, "reload", func(ctx context.Context) error { return rr.run(ctx, health, means) })
 			return nil
 		}, func(error) { rcancel() })
 	}
