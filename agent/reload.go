@@ -42,6 +42,84 @@ type reloadRun struct {
 	restarter interface{ Restart(context.Context) error }
 }
 
+// action is the strongest action any of the changed files asks for.
+func (rr *reloadRun) action(changed []string) string {
+	action := "none"
+	rank := map[string]int{"none": 0, "signal": 1, "restart": 2, "rollout": 3}
+	for _, f := range changed {
+		if x := rr.cfg.ActionFor(f); rank[x] > rank[action] {
+			action = x
+		}
+	}
+	return action
+}
+
+// holdSlot takes one of the Leases <lease>-0 .. -N-1 (reload.maxUnavailable),
+// whichever comes free first, and holds it until release: at most N
+// replicas signal or restart their service and wait for it at once.
+func (rr *reloadRun) holdSlot(ctx context.Context, lease string) (func(), error) {
+	a, p := rr.a, rr.p
+	kube, err := a.kubeClient()
+	switch {
+	case err != nil:
+		return nil, err
+	case kube == nil:
+		return nil, errors.New("reload.maxUnavailable needs the Kubernetes API (no service-account token, no --kubeconfig)")
+	}
+	id, err := podIdentity(p)
+	if err != nil {
+		return nil, fmt.Errorf("reload.maxUnavailable: %w", err)
+	}
+	n := rr.cfg.MaxUnavailable
+	type won struct {
+		i       int
+		slot    string
+		release func()
+		err     error
+	}
+	results := make(chan won, n)
+	cancels := make([]context.CancelFunc, n)
+	for i := range n {
+		lctx, cancel := context.WithCancel(ctx)
+		cancels[i] = cancel
+		name := fmt.Sprintf("%s-%d", lease, i)
+		go func() {
+			l := &bootstrap.Lease{Kube: kube, Namespace: p.Namespace, Name: name, Identity: id}
+			_, release, err := l.Acquire(lctx)
+			results <- won{i, name, release, err}
+		}()
+	}
+	a.log.Info("reload: waiting for a turn", "leases", fmt.Sprintf("%s-0..%d", lease, n-1))
+	var got *won
+	for range n {
+		r := <-results
+		switch {
+		case r.err != nil:
+		case got == nil:
+			got = &r
+			for i, c := range cancels {
+				if i != r.i {
+					c() // the others stop; the winner's Lease is renewed until release
+				}
+			}
+		default:
+			r.release() // two came free at once: keep one
+		}
+	}
+	if got == nil {
+		for _, c := range cancels {
+			c()
+		}
+		return nil, fmt.Errorf("no reload Lease acquired: %w", context.Cause(ctx))
+	}
+	a.log.Info("reload: holding a turn", "lease", got.slot)
+	return func() {
+		got.release()
+		cancels[got.i]()
+		a.log.Info("reload: turn released", "lease", got.slot)
+	}, nil
+}
+
 // ConfigHashAnnotation, on a workload's pod template, is the hash of the
 // config its pods run: action rollout sets it to roll the pods out.
 const ConfigHashAnnotation = "kolla.openstack.org/config-hash"
@@ -141,6 +219,14 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 	a := rr.a
 	c := rr.rcfg
 	c.Act = rr.act
+	if lease := config0(rr.p).ReloadLease(); lease != "" {
+		c.Hold = func(ctx context.Context, changed []string) (func(), error) {
+			if a := rr.action(changed); a != "signal" && a != "restart" {
+				return func() {}, nil // the service is not touched: no turn needed
+			}
+			return rr.holdSlot(ctx, lease)
+		}
+	}
 	c.Verify = health.Verify
 	c.Exec = func(ctx context.Context, argv []string) (string, error) {
 		return probes.NewExec(argv, means.spawner, means.env).Check(ctx)
@@ -256,14 +342,7 @@ func (rr *reloadRun) pass(ctx context.Context, why string) {
 // act makes the service take the changed files: the strongest action any
 // of them asks for.
 func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) error {
-	action := "none"
-	rank := map[string]int{"none": 0, "signal": 1, "restart": 2, "rollout": 3}
-	for _, f := range changed {
-		if x := rr.cfg.ActionFor(f); rank[x] > rank[action] {
-			action = x
-		}
-	}
-	switch action {
+	switch rr.action(changed) {
 	case "none":
 		return nil
 	case "signal":
@@ -307,7 +386,7 @@ func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) err
 		}
 		return nil
 	}
-	return fmt.Errorf("action %s is not available yet", action)
+	return fmt.Errorf("unknown action %q", rr.action(changed))
 }
 
 // sourceHash names what the watched volumes hold, the same in every

@@ -33,6 +33,12 @@ type Reload struct {
 	Validate []ReloadValidate `json:"validate,omitempty"`
 	// StateDir keeps the staged sets and the applied, good and bad hashes.
 	StateDir string `json:"stateDir,omitempty"`
+	// MaxUnavailable, above 0, bounds how many replicas signal or restart
+	// their service at once (until it is verified), through Leases
+	// <leaseName>-0 .. -N-1; 0: no bound.
+	MaxUnavailable int `json:"maxUnavailable,omitempty"`
+	// LeaseName names those Leases; default kolla-reload-<bootstrap.name>.
+	LeaseName string `json:"leaseName,omitempty"`
 }
 
 // ReloadAction overrides the action for the files matching Path (a glob of
@@ -60,6 +66,18 @@ const (
 	DefaultReloadSignal   = "SIGHUP"
 	DefaultReloadStateDir = "/var/lib/kolla-agent/reload"
 )
+
+// Lease is the semaphore's Lease name prefix ("" without maxUnavailable).
+func (c *Config) ReloadLease() string {
+	r := c.Reload
+	switch {
+	case r == nil || r.MaxUnavailable == 0:
+		return ""
+	case r.LeaseName != "":
+		return r.LeaseName
+	}
+	return "kolla-reload-" + c.Bootstrap.Name
+}
 
 // Durations returns quiet, maxWait, rescan and verifyTimeout, defaulted.
 func (r *Reload) Durations() (quiet, maxWait, rescan, verify time.Duration) {
@@ -166,6 +184,16 @@ func (c *Config) validateReload() error {
 	}
 	if _, err := ParseSignal(r.Signal); err != nil {
 		return fmt.Errorf("reload.signal: %v", err)
+	}
+	switch {
+	case r.MaxUnavailable < 0:
+		return fmt.Errorf("reload.maxUnavailable: %d is negative", r.MaxUnavailable)
+	case r.MaxUnavailable > 100:
+		return fmt.Errorf("reload.maxUnavailable: %d is more Leases than a semaphore should take (at most 100)", r.MaxUnavailable)
+	case r.MaxUnavailable > 0 && r.LeaseName == "" && c.Bootstrap.Name == "":
+		return fmt.Errorf("reload.leaseName: needed with maxUnavailable (a name every replica of the service shares), or set bootstrap.name")
+	case r.LeaseName != "" && (len(r.LeaseName) > 59 || !dnsLabel.MatchString(r.LeaseName)):
+		return fmt.Errorf("reload.leaseName: %q is not a DNS label of at most 59 characters", r.LeaseName)
 	}
 	if r.StateDir != "" && !path.IsAbs(r.StateDir) {
 		return fmt.Errorf("reload.stateDir: %q is not an absolute path", r.StateDir)

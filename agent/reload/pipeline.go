@@ -59,6 +59,10 @@ type Config struct {
 	// changed: their paths): a signal, a restart, a rollout. Nil: nothing
 	// to do.
 	Act func(ctx context.Context, hash string, changed []string) error
+	// Hold, when set, is called before acting on changed and holds what
+	// bounds how many replicas act at once; release is called once the
+	// service is verified (or not). Nil: nothing to hold.
+	Hold func(ctx context.Context, changed []string) (release func(), err error)
 	// Verify waits until the service is ready after a change made at since;
 	// it returns an error when ctx ends first. Nil: nothing to wait for.
 	Verify func(ctx context.Context, since time.Time) error
@@ -244,6 +248,13 @@ func (r *Reloader) Reload(ctx context.Context) (string, error) {
 // actAndVerify acts on the changed files and waits for readiness, with
 // readiness failing "reloading" meanwhile.
 func (r *Reloader) actAndVerify(ctx context.Context, hash string, changed []string, what string) error {
+	if r.cfg.Hold != nil {
+		release, err := r.cfg.Hold(ctx, changed)
+		if err != nil {
+			return fmt.Errorf("waiting for a turn: %w", err)
+		}
+		defer release()
+	}
 	if r.cfg.Gate != nil {
 		r.cfg.Gate(what)
 		defer r.cfg.Gate("")
