@@ -164,7 +164,7 @@ func (a *Agent) newReload(p *Plan, files []render.File) (*reloadRun, error) {
 	}
 	rr.outcome = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kolla_agent_reload_total",
-		Help: "Reload passes by outcome: applied, rejected, rolled-back, failed, skipped (a config refused before).",
+		Help: "Reload passes by outcome: unchanged (the render equals the running config), applied, rejected, rolled-back, failed, skipped (a config refused before).",
 	}, []string{"outcome"})
 	rr.applied = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kolla_agent_config_info",

@@ -155,6 +155,12 @@ func FuzzParse(f *testing.F) {
 		"{}", "", "- a", "dependencies: {wait: [{}]}",
 		"probes:\n  address: \":8095\"\n  checks:\n    - {name: api, http: {url: \"http://a:1/v3\"}, probes: [startup], period: 1s}\n    - {name: x, exec: {command: [a, b]}}\n",
 		"probes:\n  checks:\n    - {name: r, rpc: {transportURL: \"rabbit://u:p@h:1/\", topic: t}}\nsidecar: {process: {cmdline: \"nova-.*\"}}\n",
+		"reload: {}\n", "reload:\n", "reload: {signal: usr1, action: none}\n",
+		"reload:\n  watch: [/var/lib/kolla/config_files]\n  quiet: 1s\n  maxWait: 10s\n  rescan: 60s\n  action: signal\n  signal: SIGHUP\n  verifyTimeout: 60s\n  validate:\n    - dest: /etc/keystone/keystone.conf\n      command: oslo-config-validator --namespace keystone --input-file {{ .Staged }}\n",
+		"reload:\n  actions:\n    - {path: \"/etc/apache2/*\", action: none}\n    - {path: \"/etc/keystone/*.[jy]*\", action: restart}\n  stateDir: /run/r\n",
+		"reload:\n  validate:\n    - {dest: /a, command: \"c '{{ .Staged }}' {{ .Dest }}\"}\n    - {dest: /a, command: \"c {{ .Staged }}\"}\n",
+		"reload: {quiet: 2s, maxWait: 1s, verifyTimeout: 0s, rescan: -1s}\n",
+		"reload: {actions: [{path: \"/a[\", action: none}], signal: SIGKILL}\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -208,14 +208,19 @@ func (c *Config) validateReload() error {
 			return fmt.Errorf("%s.dest: %q is not an absolute path", f, v.Dest)
 		case strings.TrimSpace(v.Command) == "":
 			return fmt.Errorf("%s.command: empty", f)
-		case !strings.Contains(v.Command, ".Staged"):
-			return fmt.Errorf("%s.command: %q does not name the staged file ({{ .Staged }}): it would check the live one", f, v.Command)
-		case seen[v.Dest]:
+		case seen[path.Clean(v.Dest)]:
 			return fmt.Errorf("%s.dest: %s has a validator already", f, v.Dest)
 		}
-		seen[v.Dest] = true
-		if err := checkTemplate(v.Command); err != nil {
+		seen[path.Clean(v.Dest)] = true
+		if v.Dest != path.Clean(v.Dest) {
+			return fmt.Errorf("%s.dest: %q is not a clean path (%s)", f, v.Dest, path.Clean(v.Dest))
+		}
+		staged, err := checkTemplate(v.Command)
+		if err != nil {
 			return fmt.Errorf("%s.command: %v", f, err)
+		}
+		if !staged {
+			return fmt.Errorf("%s.command: %q does not name the staged file ({{ .Staged }}): it would check the live one", f, v.Command)
 		}
 	}
 	return nil
@@ -223,16 +228,26 @@ func (c *Config) validateReload() error {
 
 // checkTemplate parses and executes a validator's command with sample
 // values and splits it into words, so a misspelt {{ .Stagd }} or an
-// unclosed quote is an error now, not at the first reload.
-func checkTemplate(cmd string) error {
+// unclosed quote is an error now, not at the first reload. staged: a word
+// holds the staged file's path.
+func checkTemplate(cmd string) (staged bool, err error) {
 	t, err := template.New("").Option("missingkey=error").Parse(cmd)
 	if err != nil {
-		return err
+		return false, err
 	}
+	const sample = "/kolla-agent-staged-sample"
 	var b strings.Builder
-	if err := t.Execute(&b, map[string]string{"Staged": "/staged", "Dest": "/dest"}); err != nil {
-		return err
+	if err := t.Execute(&b, map[string]string{"Staged": sample, "Dest": "/dest"}); err != nil {
+		return false, err
 	}
-	_, err = splitWords(b.String())
-	return err
+	words, err := splitWords(b.String())
+	if err != nil {
+		return false, err
+	}
+	for _, w := range words {
+		if strings.Contains(w, sample) {
+			return true, nil
+		}
+	}
+	return false, nil
 }

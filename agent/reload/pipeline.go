@@ -81,9 +81,10 @@ type Config struct {
 
 // Reloader takes a service from one rendered config to the next.
 type Reloader struct {
-	cfg Config
-	st  state
-	log *slog.Logger
+	cfg    Config
+	st     state
+	log    *slog.Logger
+	warned map[string]bool // validator dests said to match nothing
 }
 
 // New checks cfg and creates the state directory.
@@ -114,7 +115,7 @@ func New(cfg Config) (*Reloader, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("reload: state directory: %w", err)
 	}
-	return &Reloader{cfg: cfg, st: state{dir: cfg.StateDir}, log: cfg.Logger}, nil
+	return &Reloader{cfg: cfg, st: state{dir: cfg.StateDir}, log: cfg.Logger, warned: map[string]bool{}}, nil
 }
 
 // Applied is the hash of the config the service runs with ("" unknown).
@@ -306,6 +307,10 @@ func (r *Reloader) check(ctx context.Context, hash string, files, good []render.
 			}
 		}
 		if f == nil {
+			if !r.warned[v.Dest] {
+				r.warned[v.Dest] = true
+				r.log.Warn("reload: a validator's dest is not a file the config renders: it never runs", "dest", v.Dest)
+			}
 			continue
 		}
 		argv, err := validatorArgs(v.Command, r.st.staged(hash, *f), f.Path)
