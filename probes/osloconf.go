@@ -1,11 +1,10 @@
 package probes
 
 // Reading an OpenStack service's own rendered config (nova.conf, ...) the way
-// oslo.config reads it, and its transport_url the way oslo.messaging parses
-// it. Written here because no Go package reads oslo.config's dialect of INI
-// (continuation lines, `$name` substitution, DEFAULT's case-sensitive name)
-// or oslo.messaging's multi-host URL, which net/url rejects
-// ("user:pass@h1:5672,user:pass@h2:5672").
+// oslo.config reads it (package osloconf, which the reload's syntax check
+// uses too), and its transport_url the way oslo.messaging parses it. Written
+// here because no Go package reads oslo.messaging's multi-host URL, which
+// net/url rejects ("user:pass@h1:5672,user:pass@h2:5672").
 
 import (
 	"fmt"
@@ -14,19 +13,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unicode"
+
+	"github.com/kolla-agent/kolla-agent/probes/osloconf"
 )
 
-// osloConf is one parsed oslo.config file.
+// osloConf is one parsed oslo.config file, as the rpc check reads it.
 type osloConf struct {
-	file     string
-	sections map[string]map[string]osloValue // normalised section name -> key
-}
-
-// osloValue is the last assignment of a key; line is where its key was.
-type osloValue struct {
-	value string
-	line  int
+	f *osloconf.File
 }
 
 // readOsloConf reads and parses file.
@@ -38,223 +31,31 @@ func readOsloConf(file string) (*osloConf, error) {
 	return parseOsloConf(file, data)
 }
 
-// parseOsloConf parses data as oslo.config does (oslo_config/iniparser.py):
-//   - trailing whitespace is ignored; a blank line ends a multi-line value;
-//   - a line starting with a space or tab continues the previous value
-//     (lines joined with "\n");
-//   - "[name]" starts a section; lines starting with '#' or ';' are comments;
-//   - "key = value" or "key: value", whichever separator comes first; one
-//     pair of matching quotes around the value is removed;
-//   - keys are case-sensitive; section names other than DEFAULT are not;
-//   - the last assignment of a key wins.
-//
-// Errors carry file:line and never the line itself, which may hold a
-// password.
+// parseOsloConf parses data, the content of file, as oslo.config does (see
+// osloconf.Parse). Errors carry file:line and never an option's value.
 func parseOsloConf(file string, data []byte) (*osloConf, error) {
-	c := &osloConf{file: file, sections: map[string]map[string]osloValue{}}
-	var (
-		section  string
-		inSect   bool
-		key      string
-		keyLine  int
-		value    []string
-		hasKey   bool
-		lineno   int
-		flushKey = func() {
-			if !hasKey {
-				return
-			}
-			c.sections[section][key] = osloValue{value: strings.Join(value, "\n"), line: keyLine}
-			hasKey, key, value = false, "", nil
-		}
-	)
-	errAt := func(n int, format string, args ...any) error {
-		return fmt.Errorf("%s:%d: %s", file, n, fmt.Sprintf(format, args...))
+	f, err := osloconf.Parse(file, data)
+	if err != nil {
+		return nil, err
 	}
-	for _, raw := range strings.Split(string(data), "\n") {
-		lineno++
-		line := strings.TrimRightFunc(raw, unicode.IsSpace)
-		switch {
-		case line == "":
-			flushKey()
-			continue
-		case line[0] == ' ' || line[0] == '\t':
-			if !hasKey {
-				return nil, errAt(lineno, "unexpected continuation line")
-			}
-			value = append(value, strings.TrimLeftFunc(line, unicode.IsSpace))
-			continue
-		}
-		flushKey()
-		switch {
-		case line[0] == '[':
-			if !strings.HasSuffix(line, "]") {
-				return nil, errAt(lineno, "invalid section (must end with ])")
-			}
-			if len(line) <= 2 {
-				return nil, errAt(lineno, "empty section name")
-			}
-			section, inSect = normalizeOsloSection(line[1:len(line)-1]), true
-			if c.sections[section] == nil {
-				c.sections[section] = map[string]osloValue{}
-			}
-		case line[0] == '#' || line[0] == ';':
-			// comment
-		default:
-			k, v, ok := splitOsloAssignment(line)
-			if !ok {
-				return nil, errAt(lineno, "no ':' or '=' found in assignment")
-			}
-			if k == "" {
-				return nil, errAt(lineno, "key cannot be empty")
-			}
-			if !inSect {
-				return nil, errAt(lineno, "assignment before any [section]")
-			}
-			key, keyLine, value, hasKey = k, lineno, []string{v}, true
-		}
-	}
-	flushKey()
-	return c, nil
-}
-
-// normalizeOsloSection is oslo.config's group-name rule: DEFAULT is matched
-// exactly, every other section name case-insensitively.
-func normalizeOsloSection(name string) string {
-	if name == "DEFAULT" {
-		return name
-	}
-	return strings.ToLower(name)
-}
-
-func splitOsloAssignment(line string) (key, value string, ok bool) {
-	colon, equal := strings.IndexByte(line, ':'), strings.IndexByte(line, '=')
-	var sep int
-	switch {
-	case colon < 0 && equal < 0:
-		return "", "", false
-	case colon < 0 || (equal >= 0 && equal < colon):
-		sep = equal
-	default:
-		sep = colon
-	}
-	key = strings.TrimSpace(line[:sep])
-	value = strings.TrimSpace(line[sep+1:])
-	if len(value) > 0 && (value[0] == '"' || value[0] == '\'') && value[len(value)-1] == value[0] {
-		if len(value) == 1 {
-			value = ""
-		} else {
-			value = value[1 : len(value)-1]
-		}
-	}
-	return key, value, true
+	return &osloConf{f: f}, nil
 }
 
 // get returns a key's value after oslo.config's template substitution, and
 // whether it is set. section is matched as oslo.config matches group names.
 func (c *osloConf) get(section, key string) (string, bool) {
-	v, ok := c.lookup(normalizeOsloSection(section), key)
-	if !ok {
-		return "", false
-	}
-	return c.substitute(v.value, normalizeOsloSection(section), 0), true
+	v, _, ok := c.f.Substituted(section, key)
+	return v, ok
 }
 
 // where names a key for an error message: "file:line: [section] key" when
 // the key is set, "file: [section] key" when it is not.
 func (c *osloConf) where(section, key string) string {
-	if v, ok := c.lookup(normalizeOsloSection(section), key); ok {
-		return fmt.Sprintf("%s:%d: [%s] %s", c.file, v.line, section, key)
+	if _, line, ok := c.f.Get(section, key); ok {
+		return fmt.Sprintf("%s:%d: [%s] %s", c.f.Name, line, section, key)
 	}
-	return fmt.Sprintf("%s: [%s] %s", c.file, section, key)
+	return fmt.Sprintf("%s: [%s] %s", c.f.Name, section, key)
 }
-
-func (c *osloConf) lookup(section, key string) (osloValue, bool) {
-	v, ok := c.sections[section][key]
-	return v, ok
-}
-
-// maxOsloSubstitutionDepth bounds `$a` -> `$b` -> ... chains (and cycles).
-const maxOsloSubstitutionDepth = 8
-
-// substitute does what oslo.config does to string values with Python's
-// string.Template.safe_substitute: "$$" and "\$" are a literal '$'; "$name"
-// and "${name}" are replaced by the option name of the same section, or of
-// DEFAULT, and "${group.name}" by that group's option. A name this file does
-// not set is left as written: oslo.config would use the option's default,
-// which only the service knows. (This matters for passwords: a '$' in one
-// is written "$$" in a rendered config.)
-func (c *osloConf) substitute(s, section string, depth int) string {
-	if !strings.ContainsRune(s, '$') {
-		return s
-	}
-	s = strings.ReplaceAll(s, `\$`, "$$")
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		if s[i] != '$' {
-			b.WriteByte(s[i])
-			i++
-			continue
-		}
-		rest := s[i+1:]
-		switch {
-		case strings.HasPrefix(rest, "$"):
-			b.WriteByte('$')
-			i += 2
-			continue
-		case strings.HasPrefix(rest, "{"):
-			if end := strings.IndexByte(rest, '}'); end > 0 && isOsloTemplateID(rest[1:end]) {
-				b.WriteString(c.resolve(rest[1:end], s[i:i+end+2], section, depth))
-				i += end + 2
-				continue
-			}
-		default:
-			if n := osloTemplateIDLen(rest); n > 0 {
-				b.WriteString(c.resolve(rest[:n], s[i:i+1+n], section, depth))
-				i += 1 + n
-				continue
-			}
-		}
-		b.WriteByte('$') // not a placeholder: kept, as safe_substitute does
-		i++
-	}
-	return b.String()
-}
-
-// resolve is one placeholder's replacement; literal is what was written.
-func (c *osloConf) resolve(name, literal, section string, depth int) string {
-	if depth >= maxOsloSubstitutionDepth {
-		return literal
-	}
-	if group, opt, ok := strings.Cut(name, "."); ok {
-		if v, found := c.lookup(normalizeOsloSection(group), opt); found {
-			return c.substitute(v.value, normalizeOsloSection(group), depth+1)
-		}
-	}
-	for _, sec := range []string{section, "DEFAULT"} {
-		if v, found := c.lookup(sec, name); found {
-			return c.substitute(v.value, sec, depth+1)
-		}
-	}
-	return literal
-}
-
-// osloTemplateIDLen is the length of the placeholder name at the start of s
-// (oslo.config's idpattern `[_a-z][._a-z0-9]*`, matched case-insensitively).
-func osloTemplateIDLen(s string) int {
-	n := 0
-	for n < len(s) {
-		ch := s[n]
-		isLetter := ch == '_' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z'
-		if !isLetter && (n == 0 || ch != '.' && (ch < '0' || ch > '9')) {
-			break
-		}
-		n++
-	}
-	return n
-}
-
-func isOsloTemplateID(s string) bool { return s != "" && osloTemplateIDLen(s) == len(s) }
 
 // parseOsloBool parses a BoolOpt value as oslo.config's types.Boolean does.
 func parseOsloBool(s string) (bool, error) {

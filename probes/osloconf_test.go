@@ -77,20 +77,18 @@ func TestOsloConfSubstitutionCycle(t *testing.T) {
 	}
 }
 
+// TestOsloConfErrors: the parser's errors (osloconf's tests have its cases)
+// reach the rpc check with file:line and without the line's value.
 func TestOsloConfErrors(t *testing.T) {
 	for _, tc := range []struct{ name, conf, want string }{
-		{"continuation first", "  indented\n", "f:1: unexpected continuation line"},
-		{"continuation after section", "[DEFAULT]\n  indented\n", "f:2: unexpected continuation line"},
-		{"no separator", "[DEFAULT]\nx = 1\njust words\n", "f:3: no ':' or '=' found in assignment"},
-		{"empty key", "[DEFAULT]\n= value\n", "f:2: key cannot be empty"},
-		{"unclosed section", "[DEFAULT\n", "f:1: invalid section (must end with ])"},
-		{"empty section", "[]\n", "f:1: empty section name"},
-		{"no section", "transport_url = rabbit://u:secret@h/\n", "f:1: assignment before any [section]"},
+		{"continuation first", "  indented\n", "f:1: indented line with no option above it to continue"},
+		{"no section", "transport_url = rabbit://u:secret@h/\n", `f:1: option "transport_url" before any [section]`},
+		{"no separator", "[DEFAULT]\ntransport_url = rabbit://u:secret@h/\njust words\n", `f:3: no '=' or ':' in "just words"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parseOsloConf("f", []byte(tc.conf))
-			if err == nil || err.Error() != tc.want {
-				t.Fatalf("err = %v, want %q", err, tc.want)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q...", err, tc.want)
 			}
 			if strings.Contains(err.Error(), "secret") {
 				t.Errorf("error echoes the line: %v", err)
@@ -221,8 +219,8 @@ func FuzzParseOsloConf(f *testing.F) {
 			}
 			return
 		}
-		for section, keys := range c.sections {
-			for key := range keys {
+		for _, section := range c.f.Sections() {
+			for _, key := range c.f.Keys(section) {
 				c.get(section, key)
 				c.where(section, key)
 			}

@@ -515,7 +515,7 @@ func TestRPCBadInputs(t *testing.T) {
 			"rpc: open " + filepath.Join(dir, "nosuch.conf") + ": no such file or directory"},
 		{"no transport_url", RPCConfig{ConfigFile: noURL, Topic: "t"}, "rpc: " + noURL + ": [DEFAULT] transport_url: missing"},
 		{"bad boolean", RPCConfig{ConfigFile: badBool, Topic: "t"}, "rpc: " + badBool + ":3: [DEFAULT] rpc_ping_enabled: invalid boolean \"maybe\" (want true or false)"},
-		{"bad INI", RPCConfig{ConfigFile: badINI, Topic: "t"}, "rpc: " + badINI + ":4: invalid section (must end with ])"},
+		{"bad INI", RPCConfig{ConfigFile: badINI, Topic: "t"}, "rpc: " + badINI + `:4: section header does not end with ']' in "[oops"`},
 		{"bad URL in the config", RPCConfig{ConfigFile: badURLConf, Topic: "t"},
 			"rpc: " + badURLConf + ":3: [DEFAULT] transport_url: transport URL rabbit://u:***@h:port/: host 1: invalid port (want 1-65535)"},
 		{"malformed URL", RPCConfig{TransportURL: "rabbit://u:hunter2@h1:5672,u:hunter2@[::1/", Topic: "t"},

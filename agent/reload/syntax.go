@@ -9,10 +9,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/kolla-agent/kolla-agent/probes/osloconf"
 )
 
 // CheckSyntax checks data (the content of the file called name, used for the
@@ -44,104 +45,11 @@ func CheckSyntax(name string, data []byte) error {
 
 // checkINI accepts what oslo.config's parser (oslo_config/iniparser.py,
 // BaseParser.parse, with cfg.ConfigParser's rule for options outside a
-// section) accepts, and nothing else. The service opens the file as UTF-8
-// text with universal newlines ("\n", "\r\n" and "\r" end a line) and reads
-// every line before parsing any, then, line by line:
-//   - trailing whitespace is dropped (Python's str.rstrip, so every Unicode
-//     space and U+001C..U+001F too); what is left empty is a blank line,
-//     which ends the option above it;
-//   - a line starting with a space or tab continues the value of the option
-//     above it, and is an error when there is none: after a blank line, a
-//     comment, a section header or at the start of the file;
-//   - any other line ends the option above it, then:
-//   - '[' starts a section header, which must end with ']' (so no comment
-//     after it) and have something between the brackets, even a space;
-//   - '#' or ';' starts a comment, at the start of the line only;
-//   - otherwise the line is "key = value" or "key: value", split at whichever
-//     of '=' and ':' comes first; a line with neither is an error, and so is
-//     a key that is empty once stripped of whitespace; the value may be
-//     anything, quotes and all;
-//   - an option before the first section header is an error.
+// section) accepts, and nothing else: see osloconf.Parse, which the rpc
+// check reads services' configs with too.
 func checkINI(name string, data []byte) error {
-	if err := syntaxUTF8(name, data); err != nil {
-		return err
-	}
-	if bytes.HasPrefix(data, syntaxBOM) {
-		return syntaxErr(name, 1, "starts with a UTF-8 byte order mark, which oslo.config reads as text: the first line is neither a section nor an option")
-	}
-	inSection := false // a section header was read
-	inOption := false  // an option's value may continue on the next line
-	lineno := 0
-	for rest := data; len(rest) > 0; {
-		var raw []byte
-		raw, rest = syntaxNextLine(rest)
-		lineno++
-		line := strings.TrimRightFunc(string(raw), iniIsSpace)
-		switch {
-		case line == "":
-			inOption = false
-			continue
-		case line[0] == ' ' || line[0] == '\t':
-			if !inOption {
-				if t := strings.TrimLeft(line, " \t"); t != "" && (t[0] == '#' || t[0] == ';') {
-					return syntaxErr(name, lineno, "indented comment with no option above it to continue ('#' and ';' start a comment only at the start of a line)")
-				}
-				return syntaxErr(name, lineno, "indented line with no option above it to continue (a blank line, comment or section header ends an option)")
-			}
-			continue
-		}
-		inOption = false
-		switch line[0] {
-		case '[':
-			if !strings.HasSuffix(line, "]") {
-				return syntaxErr(name, lineno, "section header does not end with ']' in %s", iniQuote(line))
-			}
-			if line == "[]" {
-				return syntaxErr(name, lineno, "empty section name in \"[]\"")
-			}
-			inSection = true
-		case '#', ';':
-		default:
-			sep := strings.IndexAny(line, "=:")
-			if sep < 0 {
-				return syntaxErr(name, lineno, "no '=' or ':' in %s", iniQuote(line))
-			}
-			key := strings.TrimFunc(line[:sep], iniIsSpace)
-			if key == "" {
-				return syntaxErr(name, lineno, "empty key in %s", iniQuote(line))
-			}
-			if !inSection {
-				return syntaxErr(name, lineno, "option %s before any [section]", iniQuote(key))
-			}
-			inOption = true
-		}
-	}
-	return nil
-}
-
-// iniIsSpace is Python's str.isspace for one character: Go's unicode.IsSpace
-// and the four ASCII separators U+001C..U+001F.
-func iniIsSpace(r rune) bool {
-	return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f
-}
-
-// iniQuote quotes an INI line for an error: up to its first '=' or ':', with
-// "..." for the value after it, and cut at 80 characters.
-func iniQuote(line string) string {
-	if i := strings.IndexAny(line, "=:"); i >= 0 && strings.TrimSpace(line[i+1:]) != "" {
-		line = line[:i+1] + " ..."
-	}
-	if utf8.RuneCountInString(line) > 80 {
-		n := 0
-		for i := range line {
-			if n == 77 {
-				line = line[:i] + "..."
-				break
-			}
-			n++
-		}
-	}
-	return strconv.Quote(line)
+	_, err := osloconf.Parse(name, data)
+	return err
 }
 
 // checkJSON checks data as JSON (encoding/json's grammar, which is RFC 8259's).
