@@ -2,12 +2,11 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -33,7 +32,9 @@ type reloadRun struct {
 	rcfg    reload.Config // completed by run with the service's means
 	files   []render.File // the config the service started with
 	r       *reload.Reloader
+	dirs    []string // the watched volumes' mounts, container paths
 	watch   reload.WatchConfig
+	api     *apiSource // reload.source: api
 	outcome *prometheus.CounterVec
 	applied *prometheus.GaugeVec
 	// signal signals the service and restarter restarts it: the
@@ -138,7 +139,12 @@ func (a *Agent) newReload(p *Plan, files []render.File) (*reloadRun, error) {
 	}
 	quiet, maxWait, rescan, verify := cfg.Durations()
 	rr := &reloadRun{a: a, p: p, cfg: cfg, files: files}
-	rr.watch = reload.WatchConfig{Dirs: a.reloadDirs(p), Quiet: quiet, MaxWait: maxWait, Rescan: rescan, Logger: a.log}
+	rr.dirs = a.reloadDirs(p)
+	var hostDirs []string
+	for _, d := range rr.dirs {
+		hostDirs = append(hostDirs, a.path(d))
+	}
+	rr.watch = reload.WatchConfig{Dirs: hostDirs, Quiet: quiet, MaxWait: maxWait, Rescan: rescan, Logger: a.log}
 	var vals []reload.Validation
 	for _, v := range cfg.Validate {
 		vals = append(vals, reload.Validation{Dest: v.Dest, Command: v.Command})
@@ -149,7 +155,11 @@ func (a *Agent) newReload(p *Plan, files []render.File) (*reloadRun, error) {
 	}
 	rr.rcfg = reload.Config{
 		Render: func(ctx context.Context) (reload.Rendered, error) {
-			r, err := a.renderConfig(ctx, p)
+			var ov render.Overlay
+			if rr.api != nil {
+				ov = rr.api.current()
+			}
+			r, err := a.renderConfig(ctx, p, ov)
 			if err != nil {
 				return nil, err
 			}
@@ -187,20 +197,17 @@ func (a *Agent) newReload(p *Plan, files []render.File) (*reloadRun, error) {
 // the source's own directory).
 func (a *Agent) reloadDirs(p *Plan) []string {
 	c := config0(p)
-	var dirs []string
 	if len(c.Reload.Watch) > 0 {
-		for _, w := range c.Reload.Watch {
-			dirs = append(dirs, a.path(w))
-		}
-		return dirs
+		return slices.Clone(c.Reload.Watch)
 	}
+	var dirs []string
 	if kc, err := a.kolla(p); err == nil && kc != nil {
-		dirs = append(dirs, a.path(render.KollaConfigDir))
+		dirs = append(dirs, render.KollaConfigDir)
 	}
 	for _, it := range c.Render {
-		dir := filepath.Dir(a.path(it.Src))
-		for d := dir; d != filepath.Dir(d); d = filepath.Dir(d) {
-			if _, err := os.Lstat(filepath.Join(d, "..data")); err == nil {
+		dir := path.Dir(it.Src)
+		for d := dir; d != path.Dir(d); d = path.Dir(d) {
+			if _, err := os.Lstat(filepath.Join(a.path(d), "..data")); err == nil {
 				dir = d
 				break
 			}
@@ -277,6 +284,16 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 	defer cancel()
 	werr := make(chan error, 1)
 	go func() { werr <- w.Run(wctx, bursts) }()
+	var fromAPI <-chan string
+	if rr.cfg.Source == "api" {
+		if rr.api, err = a.newAPISource(ctx, rr.p, rr.dirs, rr.rcfg.StateDir); err != nil {
+			return err
+		}
+		defer func() { rr.api = nil }()
+		go rr.api.run(wctx)
+		fromAPI = rr.api.changed
+		a.log.Info("reload: watching the ConfigMaps through the API; the volumes are the fallback")
+	}
 	rr.pass(ctx, "start")
 	for {
 		select {
@@ -284,7 +301,12 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 			return nil
 		case err := <-werr:
 			return err
+		case cm := <-fromAPI:
+			rr.pass(ctx, "ConfigMap "+cm+" changed (API)")
 		case b := <-bursts:
+			if rr.api != nil {
+				rr.api.reconcile()
+			}
 			rr.pass(ctx, strings.Join(b.Reasons, "; "))
 		}
 	}
@@ -391,44 +413,19 @@ func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) err
 
 // sourceHash names what the watched volumes hold, the same in every
 // replica: each directory's files (through ..data for a kubelet volume,
-// leaving out the kubelet's own dot entries), names and contents, in order.
+// leaving out the kubelet's own dot entries), names and contents.
 func sourceHash(dirs []string) (string, error) {
-	h := sha256.New()
-	for _, d := range slices.Sorted(slices.Values(dirs)) {
-		root := d
-		if t, err := os.Readlink(filepath.Join(d, "..data")); err == nil {
-			root = filepath.Join(d, t)
-		}
-		err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if path != root && strings.HasPrefix(e.Name(), "..") {
-				if e.IsDir() {
-					return filepath.SkipDir
-				}
-				return nil
-			}
-			if !e.Type().IsRegular() && e.Type()&fs.ModeSymlink == 0 {
-				return nil
-			}
-			b, err := os.ReadFile(path)
-			if err != nil {
-				if e.Type()&fs.ModeSymlink != 0 {
-					return nil // a link to a directory or nowhere
-				}
-				return err
-			}
-			rel, _ := filepath.Rel(root, path)
-			fmt.Fprintf(h, "%s\x00%d\x00", filepath.Join(filepath.Base(d), rel), len(b))
-			h.Write(b)
-			return nil
-		})
+	all := map[string][]byte{}
+	for _, d := range dirs {
+		files, err := volumeFiles(d)
 		if err != nil {
 			return "", err
 		}
+		for k, b := range files {
+			all[filepath.Base(d)+"/"+k] = b
+		}
 	}
-	return hex.EncodeToString(h.Sum(nil))[:16], nil
+	return filesHash(all), nil
 }
 
 // report posts each outcome as an Event on the pod.

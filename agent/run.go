@@ -27,12 +27,17 @@ const (
 )
 
 // kolla loads kolla's config.json (or config.yaml) when kolla mode applies:
-// no --config, and the file is in the kolla config dir. Nil when not.
-func (a *Agent) kolla(p *Plan) (*render.KollaConfig, error) {
+// no --config, and the file is in the kolla config dir (read through the
+// overlay, if any). Nil when not.
+func (a *Agent) kolla(p *Plan, overlay ...render.Overlay) (*render.KollaConfig, error) {
 	if p.ExplicitConfig {
 		return nil, nil
 	}
-	path, err := render.FindKolla(a.opts.Root)
+	var o render.Overlay
+	if len(overlay) > 0 {
+		o = overlay[0]
+	}
+	path, err := render.FindKollaIn(o.Host(a.opts.Root, render.KollaConfigDir))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
@@ -111,9 +116,14 @@ func (r *renderedConfig) Commit() error {
 }
 
 // renderConfig renders kolla's config.json (kolla mode) and the templates
-// of agent.yaml into memory.
-func (a *Agent) renderConfig(ctx context.Context, p *Plan) (*renderedConfig, error) {
-	kc, err := a.kolla(p)
+// of agent.yaml into memory. An overlay reads the sources of some volumes
+// from the agent's copies of their ConfigMaps.
+func (a *Agent) renderConfig(ctx context.Context, p *Plan, overlay ...render.Overlay) (*renderedConfig, error) {
+	var ov render.Overlay
+	if len(overlay) > 0 {
+		ov = overlay[0]
+	}
+	kc, err := a.kolla(p, ov)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +133,7 @@ func (a *Agent) renderConfig(ctx context.Context, p *Plan) (*renderedConfig, err
 		if strategy == "" {
 			strategy = "COPY_ALWAYS" // what kolla-kubernetes sets; kolla itself refuses an unset one
 		}
-		if r.plan, err = render.PlanKolla(kc, render.KollaOptions{Root: a.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Logger: a.log}); err != nil {
+		if r.plan, err = render.PlanKolla(kc, render.KollaOptions{Root: a.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Overlay: ov, Logger: a.log}); err != nil {
 			return nil, configErr("%v", err)
 		}
 	}
@@ -135,7 +145,9 @@ func (a *Agent) renderConfig(ctx context.Context, p *Plan) (*renderedConfig, err
 	for i, it := range items {
 		ts[i] = render.TemplateItem{Src: it.Src, Dest: it.Dest, Owner: it.Owner, Perm: it.Perm}
 	}
-	if r.tmpl, err = render.RenderTemplates(ctx, ts, a.templateOptions(p)); err != nil {
+	o := a.templateOptions(p)
+	o.Overlay = ov
+	if r.tmpl, err = render.RenderTemplates(ctx, ts, o); err != nil {
 		return nil, templateErr(p, err)
 	}
 	return r, nil

@@ -16,6 +16,10 @@ type Reload struct {
 	// Watch lists the mount directories of the ConfigMap volumes; default:
 	// the kolla config dir and the directories of the render sources.
 	Watch []string `json:"watch,omitempty"`
+	// Source is where a change comes from: volume (the kubelet updates the
+	// mounted volume), or api (the ConfigMaps are watched through the API
+	// and taken at once; the volume stays the fallback).
+	Source string `json:"source,omitempty"`
 	// Quiet is the debounce quiet period, MaxWait the longest a burst can
 	// delay the action, Rescan how often the volumes are looked at anyway.
 	Quiet   string `json:"quiet,omitempty"`
@@ -159,6 +163,9 @@ func (c *Config) validateReload() error {
 	}
 	if r.VerifyTimeout != "" && v == 0 {
 		return fmt.Errorf("reload.verifyTimeout: 0 (a reload must be verified within some time)")
+	}
+	if r.Source != "" && r.Source != "volume" && r.Source != "api" {
+		return fmt.Errorf("reload.source: %q (want volume or api)", r.Source)
 	}
 	for i, w := range r.Watch {
 		if !path.IsAbs(w) {

@@ -73,7 +73,7 @@ func TestParseReloadBad(t *testing.T) {
 
 		// The section itself.
 		{"unknown field", "reload: {quite: 1s}\n", `unknown field "quite"`},
-		{"api source, not there yet", "reload: {source: api}\n", `unknown field "source"`},
+		{"unknown source", "reload: {source: etcd}\n", `reload.source: "etcd" (want volume or api)`},
 		{"maxUnavailable without a lease name", "reload: {maxUnavailable: 1}\n", "reload.leaseName: needed with maxUnavailable"},
 		{"negative maxUnavailable", "reload: {maxUnavailable: -1, leaseName: glance}\n", "reload.maxUnavailable: -1 is negative"},
 		{"maxUnavailable too large", "reload: {maxUnavailable: 101, leaseName: glance}\n", "reload.maxUnavailable: 101 is more Leases"},

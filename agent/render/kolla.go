@@ -103,9 +103,15 @@ type KollaPermission struct {
 // config.json, or config.yaml (or .yml). The error wraps fs.ErrNotExist when
 // there is none, so the caller can fall back to another mode.
 func FindKolla(root string) (string, error) {
+	return FindKollaIn(filepath.Join(root, KollaConfigDir))
+}
+
+// FindKollaIn is FindKolla in dir, the kolla config dir as this host sees
+// it.
+func FindKollaIn(dir string) (string, error) {
 	var found []string
 	for _, n := range []string{"config.json", "config.yaml", "config.yml"} {
-		p := filepath.Join(root, KollaConfigDir, n)
+		p := filepath.Join(dir, n)
 		if _, err := os.Stat(p); err == nil {
 			found = append(found, p)
 		} else if !errors.Is(err, fs.ErrNotExist) {

@@ -83,7 +83,8 @@ type kollaNode struct {
 // decision is made on one view (a ConfigMap's ..data link is read once: all
 // sources come from the same snapshot).
 type kollaFS struct {
-	root string
+	root    string
+	overlay Overlay // sources read from the agent's copy of a ConfigMap
 	over map[string]*kollaNode
 	kids map[string]map[string]bool // over's names by parent: a recursive permission walks big trees
 	disk map[string]kollaNode
@@ -105,7 +106,12 @@ func newKollaFS(root string) *kollaFS {
 }
 
 // host maps a container path to the host's.
-func (v *kollaFS) host(p string) string { return filepath.Join(v.root, filepath.FromSlash(p)) }
+func (v *kollaFS) host(p string) string {
+	if v.overlay != nil {
+		return v.overlay.Host(v.root, p)
+	}
+	return filepath.Join(v.root, filepath.FromSlash(p))
+}
 
 // onDisk is what lstat says of p (whose parents are resolved).
 func (v *kollaFS) onDisk(p string) (kollaNode, error) {

@@ -26,7 +26,10 @@ type KollaOptions struct {
 	// Strategy is KOLLA_CONFIG_STRATEGY: StrategyCopyAlways or
 	// StrategyCopyOnce. Anything else, empty included, is an error.
 	Strategy string
-	Logger   *slog.Logger
+	// Overlay reads the sources of these container directories from other
+	// directories (reload from the API).
+	Overlay Overlay
+	Logger  *slog.Logger
 }
 
 // KollaPlan is a resolved, validated config: every owner looked up, every
@@ -119,6 +122,7 @@ func PlanKolla(cfg *KollaConfig, o KollaOptions) (*KollaPlan, error) {
 		return nil, err
 	}
 	p := &KollaPlan{name: name, opts: o, log: o.Logger, v: newKollaFS(root), users: users}
+	p.v.overlay = o.Overlay
 	pl := &kollaPlanner{p: p, v: p.v, e: &kollaErrs{}}
 	if err := pl.plan(cfg); err != nil {
 		return nil, err

@@ -6,8 +6,30 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"sort"
+	"strings"
 )
+
+// Overlay maps directories of the container (a ConfigMap volume's mount)
+// to directories of this host their files are read from instead: the
+// agent's own copy of the ConfigMap, fresh from the API before the kubelet
+// has updated the volume. Sources only: destinations are never there.
+type Overlay map[string]string
+
+// Host is where container path p is read: under its overlay directory, or
+// under root.
+func (o Overlay) Host(root, p string) string {
+	for dir, h := range o {
+		if p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/") {
+			return filepath.Join(h, filepath.FromSlash(strings.TrimPrefix(p, dir)))
+		}
+	}
+	if root == "" {
+		return p
+	}
+	return filepath.Join(root, filepath.FromSlash(p))
+}
 
 // File is one file of a rendered config as it is wanted: what a reload
 // stages, validates, hashes, and puts back when it rolls back.

@@ -99,6 +99,10 @@ type TemplateOptions struct {
 	// Logger says what a render waits for; nil discards.
 	Logger *slog.Logger
 
+	// Overlay reads the templates under these container directories from
+	// other directories (reload from the API).
+	Overlay Overlay
+
 	// afterRead is called after each source is read: tests swap volumes
 	// there.
 	afterRead func(src string)
@@ -354,7 +358,7 @@ func (r *templateRun) renderAll(files []RenderedTemplate) error {
 // readSource reads a template through its volume's snapshot.
 func (r *templateRun) readSource(src string) ([]byte, error) {
 	top := templateUnderRoot(r.o.Root, "/")
-	return r.readThrough(src, templateUnderRoot(r.o.Root, src), top, os.ReadFile)
+	return r.readThrough(src, r.o.Overlay.Host(r.o.Root, src), top, os.ReadFile)
 }
 
 // readThrough reads path (shown as name) through the snapshot of the volume

@@ -72,7 +72,7 @@ probes:
 	}
 
 	// A change while the restart is in progress.
-	n := strings.Count(a.out.String(), "outcome=applied")
+	n := strings.Count(a.out.String(), `msg="reload pass" outcome=applied`)
 	write("3")
 	eventually(t, "the restart to start", func() bool {
 		return strings.Count(a.out.String(), "restarting the service inside the container") >= 2
@@ -80,7 +80,7 @@ probes:
 	write("4")
 	eventually(t, "the service on the last config", func() bool {
 		got, _ := os.ReadFile(loaded)
-		return strings.Contains(string(got), "version = 4") && strings.Count(a.out.String(), "outcome=applied") >= n+2
+		return strings.Contains(string(got), "version = 4") && strings.Count(a.out.String(), `msg="reload pass" outcome=applied`) >= n+2
 	})
 	a.running()
 	if strings.Contains(a.out.String(), "outcome=rolled-back") {
