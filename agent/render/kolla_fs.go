@@ -85,12 +85,12 @@ type kollaNode struct {
 type kollaFS struct {
 	root    string
 	overlay Overlay // sources read from the agent's copy of a ConfigMap
-	over map[string]*kollaNode
-	kids map[string]map[string]bool // over's names by parent: a recursive permission walks big trees
-	disk map[string]kollaNode
-	list map[string][]string
-	euid int
-	egid int
+	over    map[string]*kollaNode
+	kids    map[string]map[string]bool // over's names by parent: a recursive permission walks big trees
+	disk    map[string]kollaNode
+	list    map[string][]string
+	euid    int
+	egid    int
 }
 
 func newKollaFS(root string) *kollaFS {
