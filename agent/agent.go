@@ -21,7 +21,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/entrypoint"
@@ -259,7 +258,7 @@ func (a *Agent) restConfig() (*rest.Config, error) {
 	var err error
 	switch {
 	case path != "":
-		if cfg, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+		if cfg, err = loadKubeconfig(path); err != nil {
 			return nil, configErr("kubeconfig %s: %v", path, err)
 		}
 	case a.env("KUBERNETES_SERVICE_HOST") != "":
