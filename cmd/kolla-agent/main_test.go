@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -41,6 +42,11 @@ func TestMain(m *testing.M) {
 	// client-go's own logs in this process (the tests' watches, cancelled at
 	// the end of each test) are noise here; the agent's logs are the subject.
 	klog.SetLogger(logr.Discard())
+	// Services the tests start themselves must begin with SIGHUP at its
+	// default even when `go test` runs with it ignored (nohup): a signal
+	// ignored at exec stays ignored, and sh may not trap it. One the process
+	// handles is reset in its children.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
 	code, err := setup(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)

@@ -114,5 +114,33 @@ reload:
 		t.Fatal(err)
 	}
 	eventually(t, "the API's next change applied", func() bool { return live() == conf("4") })
+
+	// A config the service could not read: refused, said on the pod.
+	cm, _ = cms.Get(ctxT(t), "glance-config", metav1.GetOptions{})
+	cm.Data["glance-api.conf"] = "[DEFAULT]\nworkers 5\n"
+	if _, err := cms.Update(ctxT(t), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reasons := func() map[string]string {
+		l, err := client().CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{FieldSelector: "involvedObject.name=glance-api-0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, e := range l.Items {
+			out[e.Reason] = e.Message
+		}
+		return out
+	}
+	eventually(t, "a ReloadRejected Event on the pod", func() bool { return reasons()["ReloadRejected"] != "" })
+	if msg := reasons()["ReloadRejected"]; !strings.Contains(msg, "glance-api.conf:2: no '=' or ':'") {
+		t.Errorf("ReloadRejected says %q", msg)
+	}
+	if reasons()["ReloadApplied"] == "" {
+		t.Errorf("no ReloadApplied Event: %v", reasons())
+	}
+	if live() != conf("4") {
+		t.Errorf("a rejected config reached the service: %q", live())
+	}
 	a.running()
 }

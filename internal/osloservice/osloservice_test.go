@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -255,6 +256,14 @@ func TestUnparsableConfig(t *testing.T) {
 	})
 }
 
+// The services these tests start must begin with SIGHUP at its default even
+// when `go test` runs with it ignored (nohup): one this process handles is
+// reset in its children, one it ignores stays ignored.
+func TestMain(m *testing.M) {
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	os.Exit(m.Run())
+}
+
 // A SIGHUP before the launcher has installed its handlers (here: at once)
 // has its default action.
 func TestSIGHUPDuringStartup(t *testing.T) {
@@ -274,6 +283,8 @@ func TestSIGHUPDuringStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGHUP)
+	timer := time.AfterFunc(reportWait, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	defer timer.Stop()
 	err = cmd.Wait()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
