@@ -19,6 +19,9 @@ import (
 // and exits 0.
 func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 	cfg := config0(p)
+	if err := logsNotYet(p); err != nil {
+		return err
+	}
 	var pids *probes.Finder
 	if m := cfg.Sidecar.Process; m.PIDFile != "" || m.Name != "" || m.Cmdline != "" {
 		f, err := probes.NewFinder(probes.FinderConfig{PIDFile: m.PIDFile, Name: m.Name, Cmdline: m.Cmdline, Root: a.opts.Root})

@@ -60,6 +60,8 @@ type Config struct {
 	// Reload takes the service to a changed config while it runs; nil:
 	// off (`reload: {}` turns it on with the defaults).
 	Reload *Reload `json:"reload,omitempty"`
+	// Logs ships the service's log files to the logging sidecar; nil: off.
+	Logs *Logs `json:"logs,omitempty"`
 }
 
 // PublicAddress is one entry of exposure:. Fields left out keep what the
@@ -191,6 +193,9 @@ func Parse(name string, b []byte) (*Config, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if err := c.validateReload(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := c.validateLogs(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return &c, nil

@@ -87,7 +87,7 @@ func checkYAML(name string, data []byte) error {
 	lineno := 0
 	for rest := data; len(rest) > 0; {
 		var raw []byte
-		raw, rest = syntaxNextLine(rest)
+		raw, rest = osloconf.NextLine(rest)
 		lineno++
 		for _, r := range string(raw) {
 			if !yamlPrintable(r) {
@@ -171,7 +171,7 @@ func yamlOneDocument(name string, data []byte) error {
 	lineno := 0
 	for rest := bytes.TrimPrefix(data, syntaxBOM); len(rest) > 0; {
 		var line []byte
-		line, rest = syntaxNextLine(rest)
+		line, rest = osloconf.NextLine(rest)
 		lineno++
 		t := bytes.TrimLeft(line, " \t")
 		content := len(t) > 0 && t[0] != '#'
@@ -217,24 +217,11 @@ func syntaxUTF8(name string, data []byte) error {
 	return nil
 }
 
-// syntaxNextLine splits the first line off b: it ends at "\n", "\r\n" or
-// "\r" (Python's universal newlines), which is not part of line.
-func syntaxNextLine(b []byte) (line, rest []byte) {
-	i := bytes.IndexAny(b, "\r\n")
-	if i < 0 {
-		return b, nil
-	}
-	if b[i] == '\r' && i+1 < len(b) && b[i+1] == '\n' {
-		return b[:i], b[i+2:]
-	}
-	return b[:i], b[i+1:]
-}
-
-// syntaxLines counts the lines of data as syntaxNextLine splits them.
+// syntaxLines counts the lines of data as osloconf.NextLine splits them.
 func syntaxLines(data []byte) int {
 	n := 0
 	for len(data) > 0 {
-		_, data = syntaxNextLine(data)
+		_, data = osloconf.NextLine(data)
 		n++
 	}
 	return n
@@ -249,7 +236,7 @@ func syntaxPosition(data []byte, off int) (line, col int) {
 	}
 	line, start := 1, 0
 	for rest := data; ; line++ {
-		l, r := syntaxNextLine(rest)
+		l, r := osloconf.NextLine(rest)
 		end := start + len(l) + (len(rest) - len(l) - len(r)) // the line and its break
 		if off < end || len(r) == 0 {
 			return line, utf8.RuneCount(data[start:min(off, start+len(l))]) + 1

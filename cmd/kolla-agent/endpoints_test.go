@@ -67,6 +67,32 @@ func catalog(t *testing.T, base, name string) map[string][]string {
 	return out
 }
 
+// loadBalancerIP returns a function that writes the Service's LoadBalancer
+// ingress IP through the status subresource, as a cloud controller would.
+func loadBalancerIP(t *testing.T, svc *corev1.Service) func(ip string) {
+	return func(ip string) {
+		t.Helper()
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		got, err := client().CoreV1().Services(svc.Namespace).UpdateStatus(ctxT(t), svc, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*svc = *got
+	}
+}
+
+// adminCredentials is the keystone-admin Secret's layout, mounted: one
+// file per OS_* key, for the Keystone at url.
+func adminCredentials(t *testing.T, url string) string {
+	creds := t.TempDir()
+	for k, v := range map[string]string{"OS_AUTH_URL": url + "/v3", "OS_USERNAME": keystone.AdminUser, "OS_PASSWORD": keystone.AdminPassword, "OS_PROJECT_NAME": keystone.AdminProject} {
+		if err := os.WriteFile(filepath.Join(creds, k), []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return creds
+}
+
 // Registration in the real Keystone: glance's public endpoint from its
 // Service's LoadBalancer ingress, the internal one from its cluster name;
 // a dry run changes nothing; the LoadBalancer's IP changes (written through
@@ -97,18 +123,9 @@ func TestEndpointsRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setLB := func(ip string) {
-		t.Helper()
-		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
-		if svc, err = client().CoreV1().Services(ns).UpdateStatus(ctxT(t), svc, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setLB := loadBalancerIP(t, svc)
 	setLB("203.0.113.30")
-	creds := t.TempDir()
-	for k, v := range map[string]string{"OS_AUTH_URL": ks.URL + "/v3", "OS_USERNAME": keystone.AdminUser, "OS_PASSWORD": keystone.AdminPassword, "OS_PROJECT_NAME": keystone.AdminProject} {
-		os.WriteFile(filepath.Join(creds, k), []byte(v+"\n"), 0o600)
-	}
+	creds := adminCredentials(t, ks.URL)
 	cfg := agentYAML(t, fmt.Sprintf(`namespace: %s
 bootstrap:
   endpoints:
@@ -218,18 +235,9 @@ func TestEndpointsSurviveKeystoneOutage(t *testing.T) {
 	ns := namespace(t)
 	name := "glance-" + ns[len(ns)-5:]
 	svc := mkExposedService(t, ns, "glance-api", corev1.ServiceTypeLoadBalancer, nil)
-	setLB := func(ip string) {
-		t.Helper()
-		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
-		if svc, err = client().CoreV1().Services(ns).UpdateStatus(ctxT(t), svc, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setLB := loadBalancerIP(t, svc)
 	setLB("203.0.113.40")
-	creds := t.TempDir()
-	for k, v := range map[string]string{"OS_AUTH_URL": ks.URL + "/v3", "OS_USERNAME": keystone.AdminUser, "OS_PASSWORD": keystone.AdminPassword, "OS_PROJECT_NAME": keystone.AdminProject} {
-		os.WriteFile(filepath.Join(creds, k), []byte(v+"\n"), 0o600)
-	}
+	creds := adminCredentials(t, ks.URL)
 	cfg := agentYAML(t, fmt.Sprintf(`namespace: %s
 bootstrap:
   endpoints:

@@ -75,7 +75,7 @@ func FuzzParse(f *testing.F) {
 func countLines(data []byte) int {
 	n := 0
 	for len(data) > 0 {
-		_, data = nextLine(data)
+		_, data = NextLine(data)
 		n++
 	}
 	return n

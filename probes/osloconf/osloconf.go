@@ -107,7 +107,7 @@ func Parse(name string, data []byte) (*File, error) {
 	lineno := 0
 	for rest := data; len(rest) > 0; {
 		var raw []byte
-		raw, rest = nextLine(rest)
+		raw, rest = NextLine(rest)
 		lineno++
 		line := strings.TrimRightFunc(string(raw), isSpace)
 		switch {
@@ -288,9 +288,10 @@ func checkUTF8(name string, data []byte) error {
 	return nil
 }
 
-// nextLine splits the first line off b: it ends at "\n", "\r\n" or "\r"
-// (Python's universal newlines), which is not part of line.
-func nextLine(b []byte) (line, rest []byte) {
+// NextLine splits the first line off b: it ends at "\n", "\r\n" or "\r"
+// (Python's universal newlines, as every OpenStack service reads its
+// files), which is not part of line.
+func NextLine(b []byte) (line, rest []byte) {
 	i := bytes.IndexAny(b, "\r\n")
 	if i < 0 {
 		return b, nil
