@@ -3,7 +3,8 @@
 # and kube-controller-manager (built from the k8s.io/kubernetes Go module), CoreDNS
 # (a trimmed build with only the plugins the tests use), rsyslog, the OpenStack
 # services and RabbitMQ that probe tests run (Debian), and kubelet-atomic-writer
-# (the kubelet's ConfigMap volume writer, from the same k8s.io/kubernetes module).
+# (the kubelet's ConfigMap volume writer, from the same k8s.io/kubernetes module),
+# and a Fluent forward server (the npm package @fluent-org/logger, run by Node).
 #
 # Built binaries are cached outside the checkout, keyed by version, so a second run
 # is a no-op. Prints the bin directory on its last line.
@@ -17,6 +18,7 @@ COREDNS_RECIPE=r2
 # Bump when the kubelet-atomic-writer main.go below changes, so a cached build
 # from an older recipe is rebuilt once.
 ATOMICWRITER_RECIPE=r1
+FLUENT_LOGGER_VERSION=${FLUENT_LOGGER_VERSION:-1.0.10}
 CACHE=${KOLLA_AGENT_CACHE:-$HOME/.cache/kolla-agent}
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
@@ -61,6 +63,35 @@ install_rsyslog() {
 install_services() {
 	apt_install rabbitmq-server python3-keystone uwsgi-core uwsgi-plugin-python3 \
 		python3-oslo.messaging python3-oslo.service python3-oslo.config time
+}
+
+# A real Fluent forward server for the log-shipping tests: @fluent-org/logger
+# exports FluentServer (ack, shared-key handshake, TLS), which
+# internal/forwardserver runs with Node on loopback. npm installs it into
+# $CACHE/npm/fluent-org-logger-<version>. Debian's nodejs and npm packages are
+# installed when node or npm is missing (NodeSource's nodejs bundles npm).
+install_fluent() {
+	local dir="$CACHE/npm/fluent-org-logger-$FLUENT_LOGGER_VERSION"
+	local stamp="$dir/.installed"
+	[ -f "$stamp" ] && [ -f "$dir/node_modules/@fluent-org/logger/package.json" ] && return 0
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+		local pkgs=()
+		command -v node >/dev/null || pkgs+=(nodejs)
+		command -v npm >/dev/null || pkgs+=(npm)
+		apt_install "${pkgs[@]}"
+	fi
+	if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+		log "error: node and npm are needed for @fluent-org/logger (Debian packages nodejs, npm)"
+		return 1
+	fi
+	log "npm install @fluent-org/logger@$FLUENT_LOGGER_VERSION"
+	mkdir -p "$dir"
+	# A package.json of its own, so npm installs here and not into a parent
+	# directory's project.
+	[ -f "$dir/package.json" ] || echo '{"name": "kolla-agent-test-fluent", "private": true}' >"$dir/package.json"
+	npm install --prefix "$dir" --save-exact --no-audit --no-fund --no-package-lock --loglevel=error \
+		"@fluent-org/logger@$FLUENT_LOGGER_VERSION" >/dev/null
+	touch "$stamp"
 }
 
 # k8s.io/kubernetes points its staging modules at ./staging/...; as a dependency
@@ -294,6 +325,7 @@ all)
 	install_coredns
 	install_kube
 	install_atomicwriter
+	install_fluent
 	;;
 etcd) install_etcd ;;
 rsyslog) install_rsyslog ;;
@@ -301,8 +333,9 @@ services) install_services ;;
 coredns) install_coredns ;;
 kube) install_kube ;;
 atomicwriter) install_atomicwriter ;;
+fluent) install_fluent ;;
 *)
-	echo "usage: $0 [all|etcd|rsyslog|services|coredns|kube|atomicwriter]" >&2
+	echo "usage: $0 [all|etcd|rsyslog|services|coredns|kube|atomicwriter|fluent]" >&2
 	exit 1
 	;;
 esac

@@ -67,19 +67,23 @@ type Env struct {
 	stopped bool
 }
 
-// BinDir is where the component binaries are cached:
-// $KOLLA_AGENT_CACHE/bin, by default $HOME/.cache/kolla-agent/bin.
-// hack/install-tools.sh puts them there.
-func BinDir() string {
+// CacheDir is where hack/install-tools.sh caches what the tests run
+// against: $KOLLA_AGENT_CACHE, by default $HOME/.cache/kolla-agent.
+func CacheDir() string {
 	if c := os.Getenv("KOLLA_AGENT_CACHE"); c != "" {
-		return filepath.Join(c, "bin")
+		return c
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
 		home = os.TempDir()
 	}
-	return filepath.Join(home, ".cache", "kolla-agent", "bin")
+	return filepath.Join(home, ".cache", "kolla-agent")
 }
+
+// BinDir is where the component binaries are cached:
+// $KOLLA_AGENT_CACHE/bin, by default $HOME/.cache/kolla-agent/bin.
+// hack/install-tools.sh puts them there.
+func BinDir() string { return filepath.Join(CacheDir(), "bin") }
 
 // Start starts etcd, kube-apiserver, kube-controller-manager and CoreDNS on
 // free loopback ports with their files in dir, and returns once the API
