@@ -56,16 +56,19 @@ func (a *Agent) kolla(p *Plan, overlay ...render.Overlay) (*render.KollaConfig, 
 // differences are returned. The kolla config, if any, is returned for its
 // command.
 func (a *Agent) Render(ctx context.Context, p *Plan, mode RenderMode) (*render.KollaConfig, []render.Difference, error) {
-	r, err := a.renderConfig(ctx, p)
+	var r *renderedConfig
+	var err error
+	if mode == RenderApply {
+		r, err = a.renderAndCommit(ctx, p)
+	} else {
+		r, err = a.renderConfig(ctx, p)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
 	var diffs []render.Difference
 	switch mode {
 	case RenderApply:
-		if err := r.Commit(); err != nil {
-			return nil, nil, err
-		}
 		return r.kc, nil, nil
 	case RenderCheck:
 		if r.plan != nil {
@@ -87,9 +90,10 @@ func (a *Agent) Render(ctx context.Context, p *Plan, mode RenderMode) (*render.K
 // plan (nil outside kolla mode) and the templates. Nothing is written until
 // Commit.
 type renderedConfig struct {
-	kc   *render.KollaConfig
-	plan *render.KollaPlan
-	tmpl []render.RenderedTemplate
+	kc      *render.KollaConfig
+	plan    *render.KollaPlan
+	applied bool // the plan is on disk already (renderAndCommit)
+	tmpl    []render.RenderedTemplate
 }
 
 // Files is every file the config writes, kolla's then the templates'.
@@ -104,7 +108,7 @@ func (r *renderedConfig) Files() []render.File {
 // Commit writes it: kolla's plan (all or nothing), then the templates,
 // each atomically.
 func (r *renderedConfig) Commit() error {
-	if r.plan != nil {
+	if r.plan != nil && !r.applied {
 		if err := r.plan.Apply(); err != nil {
 			return fmt.Errorf("render: %w", err)
 		}
@@ -115,6 +119,19 @@ func (r *renderedConfig) Commit() error {
 	return nil
 }
 
+// renderAndCommit is the render at the start: kolla's plan is applied
+// before the templates are rendered, since a template's destination may be
+// in a directory only the kolla config creates (/etc/keystone in a fresh
+// container). A reload renders everything first (renderConfig): by then
+// the directories exist.
+func (a *Agent) renderAndCommit(ctx context.Context, p *Plan) (*renderedConfig, error) {
+	r, err := a.renderConfigWith(ctx, p, nil, true)
+	if err != nil {
+		return nil, err
+	}
+	return r, r.Commit()
+}
+
 // renderConfig renders kolla's config.json (kolla mode) and the templates
 // of agent.yaml into memory. An overlay reads the sources of some volumes
 // from the agent's copies of their ConfigMaps.
@@ -123,6 +140,10 @@ func (a *Agent) renderConfig(ctx context.Context, p *Plan, overlay ...render.Ove
 	if len(overlay) > 0 {
 		ov = overlay[0]
 	}
+	return a.renderConfigWith(ctx, p, ov, false)
+}
+
+func (a *Agent) renderConfigWith(ctx context.Context, p *Plan, ov render.Overlay, applyKolla bool) (*renderedConfig, error) {
 	kc, err := a.kolla(p, ov)
 	if err != nil {
 		return nil, err
@@ -135,6 +156,12 @@ func (a *Agent) renderConfig(ctx context.Context, p *Plan, overlay ...render.Ove
 		}
 		if r.plan, err = render.PlanKolla(kc, render.KollaOptions{Root: a.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Overlay: ov, Logger: a.log}); err != nil {
 			return nil, configErr("%v", err)
+		}
+		if applyKolla {
+			if err := r.plan.Apply(); err != nil {
+				return nil, fmt.Errorf("render: %w", err)
+			}
+			r.applied = true
 		}
 	}
 	items := config0(p).Render
@@ -208,10 +235,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		return 0, err
 	}
 	a.gate("starting", "rendering the config")
-	rc, err := a.renderConfig(ctx, p)
-	if err == nil {
-		err = rc.Commit()
-	}
+	rc, err := a.renderAndCommit(ctx, p)
 	if err != nil {
 		a.reportFailure(p, nil, "RenderFailed", err)
 		return 0, err

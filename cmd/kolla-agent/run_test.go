@@ -75,6 +75,30 @@ func TestRunKollaMode(t *testing.T) {
 	}
 }
 
+// kolla mode with the agent's own templates (agent.yaml at its default
+// path): a template's destination may be a directory only config.json
+// creates (/etc/keystone in a fresh container), so the start applies
+// kolla's plan before it renders the templates.
+func TestRunKollaModeWithTemplates(t *testing.T) {
+	root := kollaRoot(t, `{
+  "command": "true",
+  "config_files": [
+    {"source": "/var/lib/kolla/config_files/keystone.conf", "dest": "/etc/keystone/keystone.conf", "owner": "keystone", "perm": "0600"}
+  ]
+}`, map[string]string{"keystone.conf": "[DEFAULT]\n", "my_ip.conf.tmpl": "[DEFAULT]\nmy_ip = {{ env \"POD_IP\" }}\n"})
+	cfg := filepath.Join(root, "etc/kolla-agent/agent.yaml")
+	os.MkdirAll(filepath.Dir(cfg), 0o755)
+	os.WriteFile(cfg, []byte("render:\n  - {src: /var/lib/kolla/config_files/my_ip.conf.tmpl, dest: /etc/keystone/my_ip.conf}\n"), 0o644)
+	a := startAgent(t, plainEnv("KOLLA_CONFIG_STRATEGY=COPY_ALWAYS", "POD_IP=10.0.0.7"), "--root", root, "run")
+	a.wantExit(0)
+	if b, err := os.ReadFile(filepath.Join(root, "etc/keystone/my_ip.conf")); err != nil || string(b) != "[DEFAULT]\nmy_ip = 10.0.0.7\n" {
+		t.Errorf("template: %q, %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/keystone/keystone.conf")); err != nil {
+		t.Error(err)
+	}
+}
+
 // A bad config.json is exit 1 naming the entry and field, and nothing on
 // disk changes.
 func TestRunKollaBadConfig(t *testing.T) {
