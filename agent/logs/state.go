@@ -1,0 +1,275 @@
+package logs
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// headLen is how many of a file's first bytes fingerprint it; markLen how
+// many bytes before the committed offset are kept as its marker.
+const (
+	headLen = 1024
+	markLen = 64
+)
+
+// Position is where shipping of one file stands: its identity, and the
+// offset up to which every byte has been acknowledged by the sink.
+type Position struct {
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
+	// Head is the hash of the file's first HeadLen bytes (fewer while the
+	// file is shorter than headLen): with (Dev, Ino) it tells the file
+	// from another that reuses the inode.
+	Head    string `json:"head"`
+	HeadLen int    `json:"headLen"`
+	// Offset: every byte before it was acknowledged.
+	Offset int64 `json:"offset"`
+	// Mark is the hash of the markLen bytes before Offset: a file truncated
+	// and written again while the agent was away no longer has them.
+	Mark string `json:"mark,omitempty"`
+}
+
+// identify reads f's identity: device, inode, and the fingerprint of its
+// first bytes.
+func identify(f *os.File) (Position, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return Position{}, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return Position{}, errors.New("no inode")
+	}
+	p := Position{Path: f.Name(), Dev: uint64(st.Dev), Ino: st.Ino}
+	head := make([]byte, headLen)
+	n, err := f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return Position{}, err
+	}
+	p.Head, p.HeadLen = digest(head[:n]), n
+	return p, nil
+}
+
+func digest(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:12])
+}
+
+// sameFile says whether f is the file p describes: same device and inode,
+// and its first p.HeadLen bytes are the ones p saw (a file that grew past
+// them still matches; an inode reused by a new file does not).
+func sameFile(f *os.File, p Position) (bool, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || uint64(st.Dev) != p.Dev || st.Ino != p.Ino {
+		return false, nil
+	}
+	return headMatches(f, p)
+}
+
+// headMatches compares f's first p.HeadLen bytes with p's fingerprint,
+// whatever its inode (a copy made by copytruncate has another).
+func headMatches(f *os.File, p Position) (bool, error) {
+	head := make([]byte, p.HeadLen)
+	n, err := f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	return n == p.HeadLen && digest(head) == p.Head, nil
+}
+
+// markAt is the marker of offset off in f: the hash of the bytes before it.
+func markAt(f *os.File, off int64) (string, error) {
+	start := max(0, off-markLen)
+	b := make([]byte, off-start)
+	n, err := f.ReadAt(b, start)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	if int64(n) < off-start {
+		return "", nil // the file is shorter than the offset: no marker to match
+	}
+	return digest(b), nil
+}
+
+// stateFile is the offsets file on the log volume.
+type stateFile struct {
+	Version int        `json:"version"`
+	Files   []Position `json:"files"`
+}
+
+const stateName = "offsets.json"
+
+// loadState reads the offsets; none yet is an empty state. A file that
+// cannot be read as offsets is an error naming it: starting over would
+// ship every file again.
+func loadState(dir string) ([]Position, error) {
+	path := filepath.Join(dir, stateName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s stateFile
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%s: %w (move it away to ship every file from its start)", path, err)
+	}
+	if s.Version != 1 {
+		return nil, fmt.Errorf("%s: version %d, want 1", path, s.Version)
+	}
+	for i, p := range s.Files {
+		switch {
+		case !filepath.IsAbs(p.Path):
+			return nil, fmt.Errorf("%s: files[%d].path: %q is not an absolute path", path, i, p.Path)
+		case p.Offset < 0:
+			return nil, fmt.Errorf("%s: files[%d].offset: %d is negative", path, i, p.Offset)
+		case p.HeadLen < 0 || p.HeadLen > headLen:
+			return nil, fmt.Errorf("%s: files[%d].headLen: %d (want 0 to %d)", path, i, p.HeadLen, headLen)
+		}
+	}
+	return s.Files, nil
+}
+
+// saveState writes the offsets: a temporary file, fsync'd, renamed over
+// the old one, and the directory fsync'd, so a crash leaves the old offsets
+// or the new, never a torn file.
+func saveState(dir string, files []Position) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.Marshal(stateFile{Version: 1, Files: files})
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".offsets-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, stateName))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Found is where a saved position leads after the agent's absence.
+type Found struct {
+	// Tail is the file holding the unshipped bytes after the saved offset
+	// (the same file, or the rotated copy it became); nil when none is
+	// left. TailFrom is where to read it from.
+	Tail     *os.File
+	TailFrom int64
+	// How says what happened: "same", "renamed to NAME", "truncated,
+	// copy NAME", "truncated", "gone".
+	How string
+}
+
+// locate finds the file a saved position describes: at its path, or
+// renamed in the same directory (app.log -> app.log.1, any number of
+// rotations on), or, when the file at its path was truncated (copytruncate),
+// the copy holding its old bytes, found by the fingerprint of its head.
+// Compressed copies cannot be matched; their bytes are reported lost.
+func locate(p Position) (Found, error) {
+	dir := filepath.Dir(p.Path)
+	if f, err := os.Open(p.Path); err == nil {
+		same, err := sameFile(f, p)
+		if err != nil {
+			f.Close()
+			return Found{}, err
+		}
+		if same {
+			mark, err := markAt(f, p.Offset)
+			if err != nil {
+				f.Close()
+				return Found{}, err
+			}
+			if mark == p.Mark || p.Offset == 0 {
+				return Found{Tail: f, TailFrom: p.Offset, How: "same"}, nil
+			}
+			f.Close()
+			// Truncated (and perhaps written again): the old bytes, if
+			// anywhere, are in a copy.
+			if c := findCopy(dir, p, false); c != nil {
+				return Found{Tail: c, TailFrom: p.Offset, How: "truncated, copy " + filepath.Base(c.Name())}, nil
+			}
+			return Found{How: "truncated"}, nil
+		}
+		f.Close()
+	}
+	if c := findCopy(dir, p, true); c != nil {
+		return Found{Tail: c, TailFrom: p.Offset, How: "renamed to " + filepath.Base(c.Name())}, nil
+	}
+	if c := findCopy(dir, p, false); c != nil {
+		return Found{Tail: c, TailFrom: p.Offset, How: "truncated, copy " + filepath.Base(c.Name())}, nil
+	}
+	return Found{How: "gone"}, nil
+}
+
+// findCopy looks in dir for the file p was (byInode: same device and
+// inode, renamed) or a copy of it (its head and the marker at p's offset
+// match, another inode), long enough to hold p.Offset.
+func findCopy(dir string, p Position, byInode bool) *os.File {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		if path == p.Path && !byInode {
+			continue
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		ok := false
+		if byInode {
+			ok, _ = sameFile(f, p)
+		} else if fi, err := f.Stat(); err == nil && fi.Size() >= p.Offset {
+			if h, _ := headMatches(f, p); h {
+				m, _ := markAt(f, p.Offset)
+				ok = m == p.Mark || p.Offset == 0
+			}
+		}
+		if ok {
+			return f
+		}
+		f.Close()
+	}
+	return nil
+}
