@@ -62,7 +62,7 @@ install_rsyslog() {
 # GNU time measures a child's peak RSS for the benchmarks.
 install_services() {
 	apt_install rabbitmq-server python3-keystone uwsgi-core uwsgi-plugin-python3 \
-		python3-oslo.messaging python3-oslo.service python3-oslo.config time
+		python3-oslo.messaging python3-oslo.service python3-oslo.config time logrotate
 }
 
 # A real Fluent forward server for the log-shipping tests: @fluent-org/logger
