@@ -334,6 +334,6 @@ func (fl *follower) emit(out []Line, s *source, data []byte, consumed int, cont 
 		s.tail = bytes.Clone(s.tail[len(s.tail)-markLen:])
 	}
 	id := s.id
-	id.Path = fl.path
+	id.Path, id.Mark = fl.path, digest(s.tail)
 	return append(out, Line{Data: bytes.Clone(data), File: id, End: s.id.Offset, Cont: cont})
 }

@@ -1,0 +1,151 @@
+package logs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// memSink keeps what it is sent; while down it fails every Send.
+type memSink struct {
+	mu   sync.Mutex
+	down bool
+	got  []string
+	tags map[string]bool
+}
+
+func (m *memSink) Send(_ context.Context, tag string, recs []Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.down {
+		return errors.New("receiver down")
+	}
+	if m.tags == nil {
+		m.tags = map[string]bool{}
+	}
+	m.tags[tag] = true
+	for _, r := range recs {
+		m.got = append(m.got, string(r.Data))
+	}
+	return nil
+}
+
+func (m *memSink) lines() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.got...)
+}
+
+func (m *memSink) setDown(d bool) {
+	m.mu.Lock()
+	m.down = d
+	m.mu.Unlock()
+}
+
+// numbers are the line numbers a sink received (lines() of lines(a, b)).
+func numbers(got []string) []int {
+	var out []int
+	for _, s := range got {
+		for _, l := range strings.Split(s, "\n") {
+			f := strings.Fields(l)
+			if len(f) > 6 {
+				if n, err := strconv.Atoi(f[6]); err == nil {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func runShipper(t *testing.T, cfg ShipperConfig) (stop func()) {
+	t.Helper()
+	sh, err := NewShipper(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sh.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func waitLines(t *testing.T, m *memSink, n int) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for len(numbers(m.lines())) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d lines shipped, want %d", len(numbers(m.lines())), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Lines are shipped in order, with the default tag; the sink down means
+// nothing is committed and the file keeps it; back up, everything arrives;
+// the shipper stopped and started again goes on from the acknowledged
+// offsets, across a rotation made while it was stopped.
+func TestShipper(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "keystone")
+	log := filepath.Join(dir, "keystone.log")
+	state := filepath.Join(t.TempDir(), "state")
+	mkdir(t, dir)
+	w := writer(t, log)
+	w.WriteString(lines(0, 100))
+	m := &memSink{}
+	cfg := ShipperConfig{Files: []FileSpec{{Glob: filepath.Join(dir, "*.log"), Exclude: []string{"*.gz"}}}, Sink: m, StateDir: state, Idle: 50 * time.Millisecond, Rescan: 100 * time.Millisecond}
+	stop := runShipper(t, cfg)
+	waitLines(t, m, 100)
+	if !m.tags["kolla.keystone.keystone"] {
+		t.Errorf("tags %v", m.tags)
+	}
+
+	m.setDown(true)
+	w.WriteString(lines(100, 200))
+	time.Sleep(300 * time.Millisecond)
+	m.setDown(false)
+	waitLines(t, m, 200)
+	stop()
+
+	// Stopped; meanwhile more lines, a rotation, a new file.
+	w.WriteString(lines(200, 220))
+	renameFile(t, log, log+".1")
+	writer(t, log).WriteString(lines(220, 240))
+	stop = runShipper(t, cfg)
+	waitLines(t, m, 240)
+	stop()
+	got := numbers(m.lines())
+	for i, n := range got {
+		if n != i {
+			t.Fatalf("line %d is %d: %v", i, n, got[max(0, i-3):min(len(got), i+3)])
+		}
+	}
+	if len(got) != 240 {
+		t.Errorf("%d lines, want 240 (no duplicates: every batch was acknowledged)", len(got))
+	}
+}
+
+func mkdir(t *testing.T, d string) {
+	t.Helper()
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func renameFile(t *testing.T, a, b string) {
+	t.Helper()
+	if err := os.Rename(a, b); err != nil {
+		t.Fatal(err)
+	}
+}
