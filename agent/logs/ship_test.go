@@ -64,7 +64,7 @@ func numbers(got []string) []int {
 	return out
 }
 
-func runShipper(t *testing.T, cfg ShipperConfig) (stop func()) {
+func runShipper(t testing.TB, cfg ShipperConfig) (stop func()) {
 	t.Helper()
 	sh, err := NewShipper(cfg)
 	if err != nil {
