@@ -52,7 +52,7 @@ install_etcd() {
 }
 
 install_rsyslog() {
-	apt_install rsyslog
+	apt_install rsyslog rsyslog-gnutls
 }
 
 # The OpenStack services and their infrastructure that probe, reload and log

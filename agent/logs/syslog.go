@@ -159,18 +159,29 @@ func (s *Syslog) confirm(ctx context.Context, c net.Conn) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("syslog: %s has not acknowledged %d bytes in 30s", s.cfg.Address, queued)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Wait a millisecond by reading: a receiver that died closed or
+		// reset the connection, and its bytes will never be acknowledged.
+		if err := closedWithin(raw, time.Millisecond); err != nil {
+			return fmt.Errorf("syslog: %s closed the connection with %d bytes not acknowledged: %w", s.cfg.Address, queued, err)
 		}
 	}
-	// The receiver sends nothing on a syslog connection: a read that
-	// returns before the window ends means it closed or reset it.
-	raw.SetReadDeadline(time.Now().Add(s.cfg.Confirm))
+	if err := closedWithin(raw, s.cfg.Confirm); err != nil {
+		return fmt.Errorf("syslog: %s closed the connection after the batch: %w", s.cfg.Address, err)
+	}
+	return nil
+}
+
+// closedWithin reads from c for d: the receiver sends nothing on a syslog
+// connection, so a read that returns means it closed or reset it (the
+// error), and a timeout that it is still there (nil).
+func closedWithin(c net.Conn, d time.Duration) error {
+	c.SetReadDeadline(time.Now().Add(d))
+	defer c.SetReadDeadline(time.Time{})
 	var b [1]byte
-	_, err = raw.Read(b[:])
-	raw.SetReadDeadline(time.Time{})
+	_, err := c.Read(b[:])
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return nil
@@ -178,7 +189,7 @@ func (s *Syslog) confirm(ctx context.Context, c net.Conn) error {
 	if err == nil {
 		err = errors.New("unexpected data from the receiver")
 	}
-	return fmt.Errorf("syslog: %s closed the connection after the batch: %w", s.cfg.Address, err)
+	return err
 }
 
 // Close closes the connection.
