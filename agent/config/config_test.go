@@ -153,6 +153,8 @@ func FuzzParse(f *testing.F) {
 		"namespace: x\ndependencies: {timeout: 5m}\n",
 		"dependencies:\n  wait: [\"job:ns/a=b,c=d\", \"pod:app=x@samenode\"]\n",
 		"{}", "", "- a", "dependencies: {wait: [{}]}",
+		"logs:\n  files: [{path: /var/log/kolla/keystone/*.log, exclude: [\"*.gz\"], tag: kolla.keystone}]\n  sink: {type: forward, address: \"127.0.0.1:24224\", sharedKey: k, tls: {caFile: /ca.pem}}\n  stateDir: /var/log/kolla/.kolla-agent\n  multiline: {firstLine: \"^\\\\[\", idle: 1s}\n",
+		"exposure:\n  keystone.openstack: {host: 192.0.2.1, port: 443, scheme: https}\n",
 		"probes:\n  address: \":8095\"\n  checks:\n    - {name: api, http: {url: \"http://a:1/v3\"}, probes: [startup], period: 1s}\n    - {name: x, exec: {command: [a, b]}}\n",
 		"probes:\n  checks:\n    - {name: r, rpc: {transportURL: \"rabbit://u:p@h:1/\", topic: t}}\nsidecar: {process: {cmdline: \"nova-.*\"}}\n",
 		"reload: {}\n", "reload:\n", "reload: {signal: usr1, action: none}\n",
