@@ -290,7 +290,12 @@ func (f *Forward) conn(ctx context.Context) (*fconn, error) {
 		if ctx.Err() != nil {
 			return nil, ctxErr(ctx, last)
 		}
-		last = err
+		// A dial cut short by the context's own deadline says nothing
+		// new: keep the error that says why the earlier ones failed.
+		var ne net.Error
+		if last == nil || !errors.As(err, &ne) || !ne.Timeout() {
+			last = err
+		}
 	}
 }
 
