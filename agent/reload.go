@@ -132,14 +132,15 @@ type signaller interface {
 
 // newReload prepares the reload of a `run` whose service started with
 // files (the render just committed): nil when the config has no reload.
-func (a *Agent) newReload(p *Plan, files []render.File) (*reloadRun, error) {
+// kolla says whether kolla mode applies (its config dir is then watched).
+func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun, error) {
 	cfg := config0(p).Reload
 	if cfg == nil {
 		return nil, nil
 	}
 	quiet, maxWait, rescan, verify := cfg.Durations()
 	rr := &reloadRun{a: a, p: p, cfg: cfg, files: files}
-	rr.dirs = a.reloadDirs(p)
+	rr.dirs = a.reloadDirs(p, kolla)
 	var hostDirs []string
 	for _, d := range rr.dirs {
 		hostDirs = append(hostDirs, a.path(d))
@@ -195,13 +196,13 @@ func (a *Agent) newReload(p *Plan, files []render.File) (*reloadRun, error) {
 // reloadDirs: reload.watch, else the kolla config dir (kolla mode) and the
 // volumes of the render sources (the nearest directory with ..data, else
 // the source's own directory).
-func (a *Agent) reloadDirs(p *Plan) []string {
+func (a *Agent) reloadDirs(p *Plan, kolla bool) []string {
 	c := config0(p)
 	if len(c.Reload.Watch) > 0 {
 		return slices.Clone(c.Reload.Watch)
 	}
 	var dirs []string
-	if kc, err := a.kolla(p); err == nil && kc != nil {
+	if kolla {
 		dirs = append(dirs, render.KollaConfigDir)
 	}
 	for _, it := range c.Render {

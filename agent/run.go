@@ -275,7 +275,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 			Signals:    forwarded(),
 		})
 	}
-	rr, err := a.newReload(p, rc.Files())
+	rr, err := a.newReload(p, rc.Files(), rc.kc != nil)
 	if err != nil {
 		return 0, err
 	}

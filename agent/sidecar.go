@@ -34,7 +34,15 @@ func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 	}
 	// The reload: the config another container's service reads (a shared
 	// volume), signalled or restarted through its found process.
-	rr, err := a.newReload(p, nil)
+	var kolla bool
+	if cfg.Reload != nil {
+		kc, err := a.kolla(p)
+		if err != nil {
+			return err
+		}
+		kolla = kc != nil
+	}
+	rr, err := a.newReload(p, nil, kolla)
 	if err != nil {
 		return err
 	}

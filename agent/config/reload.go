@@ -71,7 +71,7 @@ const (
 	DefaultReloadStateDir = "/var/lib/kolla-agent/reload"
 )
 
-// Lease is the semaphore's Lease name prefix ("" without maxUnavailable).
+// ReloadLease is the semaphore's Lease name prefix ("" without maxUnavailable).
 func (c *Config) ReloadLease() string {
 	r := c.Reload
 	switch {
