@@ -52,7 +52,7 @@ func NewKube(cfg *rest.Config) (*Kube, error) {
 }
 
 // in lists and watches one resource of one namespace ("" for cluster scope).
-func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister[*unstructured.UnstructuredList] {
+func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister {
 	if ns == "" {
 		return k.dynamic.Resource(gvr)
 	}

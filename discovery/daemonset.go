@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // waitDaemonSet: the DaemonSet's pod on the agent's node is Ready. First the
@@ -16,7 +15,7 @@ func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Ob
 	ns := w.namespace(d)
 	var ds *daemonSet
 	lw := newListWatch(w.cfg.Kube.in(daemonSetsGVR, ns), byName(d.Name), apiTrouble(report))
-	err := w.watchUntil(step(ctx), d, notFinal(report), lw, &unstructured.Unstructured{}, func(objs []any) Observation {
+	err := w.watchUntil(step(ctx), d, notFinal(report), lw, func(objs []any) Observation {
 		for _, x := range decodeAll[daemonSet](objs) {
 			if x.Status.ObservedGeneration < x.Generation {
 				return waiting("daemonset %s/%s: generation %d not yet processed by its controller", ns, d.Name, x.Generation)
@@ -41,7 +40,7 @@ func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Ob
 	// binds it, targeted at its node by node affinity, and a field selector on
 	// nodeName would miss it and count the node as having no pod.
 	lw = newListWatch(w.cfg.Kube.in(podsGVR, ns), selector{label: sel.String()}, apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
+	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return daemonPodObservation(ds, podsOf(objs), node)
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -22,7 +21,7 @@ func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observa
 		what = "jobs " + ns + "/" + sel.label
 	}
 	lw := newListWatch(w.cfg.Kube.in(jobsGVR, ns), sel, apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
+	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return jobsObservation(objs, what)
 	})
 }

@@ -2,29 +2,27 @@ package discovery
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
-	"k8s.io/klog/v2"
 )
 
-// lister is the pair of calls a watch needs; every typed and dynamic client
-// for one namespace has it.
-type lister[L runtime.Object] interface {
-	List(context.Context, metav1.ListOptions) (L, error)
+// lister is the pair of calls a watch needs; every dynamic client of one
+// resource in one namespace has it.
+type lister interface {
+	List(context.Context, metav1.ListOptions) (*unstructured.UnstructuredList, error)
 	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
 }
 
@@ -36,32 +34,45 @@ func byName(name string) selector {
 	return selector{field: fields.OneTermEqualSelector("metadata.name", name).String()}
 }
 
-// newListWatch narrows c by sel and reports API errors through onErr (the
-// reflector retries them itself, with backoff; we only make them visible).
-func newListWatch[L runtime.Object](c lister[L], sel selector, onErr func(op string, err error)) *cache.ListWatch {
-	opts := func(o metav1.ListOptions) metav1.ListOptions {
-		o.LabelSelector, o.FieldSelector = sel.label, sel.field
-		return o
+// listWatch is one narrowed LIST and WATCH, with its API errors reported
+// through onErr (watchSet retries them itself, with backoff; onErr only
+// makes them visible).
+type listWatch struct {
+	c     lister
+	sel   selector
+	onErr func(op string, err error)
+}
+
+func newListWatch(c lister, sel selector, onErr func(op string, err error)) *listWatch {
+	return &listWatch{c: c, sel: sel, onErr: onErr}
+}
+
+func (lw *listWatch) opts(rv string) metav1.ListOptions {
+	return metav1.ListOptions{LabelSelector: lw.sel.label, FieldSelector: lw.sel.field, ResourceVersion: rv}
+}
+
+func (lw *listWatch) list(ctx context.Context) (*unstructured.UnstructuredList, error) {
+	l, err := lw.c.List(ctx, lw.opts(""))
+	if err != nil && ctx.Err() == nil {
+		lw.onErr("list", err)
 	}
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			l, err := c.List(ctx, opts(o))
-			if err != nil {
-				if ctx.Err() == nil {
-					onErr("list", err)
-				}
-				return nil, err
-			}
-			return l, nil
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			wi, err := c.Watch(ctx, opts(o))
-			if err != nil && ctx.Err() == nil {
-				onErr("watch", err)
-			}
-			return wi, err
-		},
+	return l, err
+}
+
+// watch starts a watch from rv with bookmarks, so a long quiet watch keeps
+// a fresh resourceVersion to resume from. The server ends it after a timeout
+// drawn between 5 and 10 minutes (the reflector's range), so that the watches
+// of many agents started together do not all end together.
+func (lw *listWatch) watch(ctx context.Context, rv string) (watch.Interface, error) {
+	o := lw.opts(rv)
+	o.AllowWatchBookmarks = true
+	timeout := int64(300 + rand.IntN(300))
+	o.TimeoutSeconds = &timeout
+	wi, err := lw.c.Watch(ctx, o)
+	if err != nil && ctx.Err() == nil {
+		lw.onErr("watch", err)
 	}
+	return wi, err
 }
 
 func apiTrouble(report func(Observation)) func(string, error) {
@@ -69,76 +80,130 @@ func apiTrouble(report func(Observation)) func(string, error) {
 }
 
 // watchUntil lists and watches the objects lw selects and evaluates eval over
-// the whole current set once synced and after every change, until the
+// the whole current set after the list and after every change, until the
 // observation settles the wait (see watchSet).
-func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Observation), lw cache.ListerWatcher, objType runtime.Object, eval func([]any) Observation) error {
-	err := watchSet(ctx, lw, objType, w.sleep, func(objs []any) (bool, error) {
+func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Observation), lw *listWatch, eval func([]any) Observation) error {
+	return watchSet(ctx, lw, w.sleep, func(objs []any) (bool, error) {
 		return settle(ctx, d, eval(objs), report)
 	})
-	if errors.Is(err, errWatchClosed) {
-		return fmt.Errorf("watch of %s closed", d)
-	}
-	return err
 }
 
-var errWatchClosed = errors.New("watch closed")
-
-// watchSet lists and watches the objects lw selects (one LIST, then one
-// WATCH resumed from the last resourceVersion and re-listed on 410 Gone, by
-// client-go's reflector inside an informer) and calls onSet with the whole
-// current set once synced and after every change, until it says done:
-// level-based, so a missed event cannot leave a caller stuck, and never on a
-// half-listed set (which could say "every Job complete" before the last one
-// is listed).
+// watchSet calls onSet with the whole current set of the objects lw selects,
+// first from one LIST and then after every change a WATCH from the list's
+// resourceVersion brings, until onSet says done. A set the LIST already
+// settles costs that one request. The set is level-based, so a missed event
+// cannot leave a caller stuck, and whole, never half-listed (which could say
+// "every Job complete" before the last one is listed).
 //
-// This is watchtools.UntilWithSync but for its wait for the initial sync,
-// which polls every 100 ms: most of the run time of an agent whose
-// dependencies are already met.
-func watchSet(ctx context.Context, lw cache.ListerWatcher, objType runtime.Object, sleep func(context.Context, time.Duration) bool, onSet func([]any) (bool, error)) error {
-	ctx, cancel := context.WithCancel(ctx) // also ends waitSynced's goroutine
-	defer cancel()
-	store, informer, watcher, done := watchtools.NewIndexerInformerWatcherWithLogger(klog.FromContext(ctx), lw, objType)
-	defer func() {
-		watcher.Stop()
-		<-done
-	}()
-	synced := waitSynced(ctx, informer.HasSynced, sleep)
-	isSynced := false
+// A watch that ends is resumed from the last resourceVersion seen (events or
+// bookmarks); one the server no longer has (410 Gone) is re-listed. API
+// errors are retried with a jittered backoff, so agents that lost the same
+// API server do not come back in the same instant. This is a reflector
+// without its store, its watch-list attempt (which an etcd without
+// RequestWatchProgress cannot serve, at one failed request per dependency)
+// and its poll for the initial sync.
+func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, onSet func([]any) (bool, error)) error {
+	b := backoff()
+	set := map[string]*unstructured.Unstructured{}
+	rv := "" // "" : list first
+	call := func() []any {
+		keys := slices.Sorted(maps.Keys(set))
+		objs := make([]any, len(keys))
+		for i, k := range keys {
+			objs[i] = set[k]
+		}
+		return objs
+	}
 	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-synced:
-			synced, isSynced = nil, true
-		case _, ok := <-watcher.ResultChan():
-			if !ok {
-				return errWatchClosed
-			}
-			if !isSynced {
+		if rv == "" {
+			l, err := lw.list(ctx)
+			if err != nil {
+				if !sleep(ctx, b.Step()) {
+					return ctx.Err()
+				}
 				continue
 			}
+			clear(set)
+			for i := range l.Items {
+				set[objKey(&l.Items[i])] = &l.Items[i]
+			}
+			if done, err := onSet(call()); done {
+				return err
+			}
+			rv = l.GetResourceVersion()
 		}
-		if done, err := onSet(store.List()); done {
+		wi, err := lw.watch(ctx, rv)
+		if err != nil {
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				rv = ""
+			}
+			if !sleep(ctx, b.Step()) {
+				return ctx.Err()
+			}
+			continue
+		}
+		next, done, err := follow(ctx, wi, set, rv, onSet, call)
+		wi.Stop()
+		if done {
 			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			lw.onErr("watch", err)
+			if !sleep(ctx, b.Step()) {
+				return ctx.Err()
+			}
+		} else {
+			b = backoff() // a watch that ran and ended: resume at once
+		}
+		rv = next
+	}
+}
+
+// follow applies a watch's events to set, calling onSet after each change,
+// until the watch ends or onSet is done. It returns the resourceVersion to
+// resume from ("" : re-list) and the error the watch ended with, if any.
+func follow(ctx context.Context, wi watch.Interface, set map[string]*unstructured.Unstructured, rv string, onSet func([]any) (bool, error), call func() []any) (string, bool, error) {
+	for {
+		var ev watch.Event
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return rv, false, nil
+		case ev, ok = <-wi.ResultChan():
+		}
+		if !ok {
+			return rv, false, nil
+		}
+		if ev.Type == watch.Error {
+			err := apierrors.FromObject(ev.Object)
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				return "", false, nil // compacted: re-list, not a failure
+			}
+			return "", false, err
+		}
+		u, isU := ev.Object.(*unstructured.Unstructured)
+		if !isU {
+			return "", false, fmt.Errorf("unexpected %T in a watch", ev.Object)
+		}
+		rv = u.GetResourceVersion()
+		switch ev.Type {
+		case watch.Bookmark:
+			continue
+		case watch.Deleted:
+			delete(set, objKey(u))
+		default:
+			set[objKey(u)] = u
+		}
+		if done, err := onSet(call()); done {
+			return rv, true, err
 		}
 	}
 }
 
-// waitSynced closes the returned channel once hasSynced is true, looking
-// every millisecond at first and backing off to 50 ms.
-func waitSynced(ctx context.Context, hasSynced func() bool, sleep func(context.Context, time.Duration) bool) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		b := wait.Backoff{Duration: time.Millisecond, Factor: 2, Steps: 1 << 30, Cap: 50 * time.Millisecond}
-		for !hasSynced() {
-			if !sleep(ctx, b.Step()) {
-				return
-			}
-		}
-		close(ch)
-	}()
-	return ch
-}
+func objKey(u *unstructured.Unstructured) string { return u.GetNamespace() + "/" + u.GetName() }
 
 func (w *Waiter) namespace(d Dependency) string {
 	if d.Namespace != "" {
@@ -190,7 +255,7 @@ func (w *Waiter) waitPods(ctx context.Context, d Dependency, report func(Observa
 		where = " on node " + node
 	}
 	lw := newListWatch(w.cfg.Kube.in(podsGVR, ns), sel, apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
+	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return podsObservation(podsOf(objs), where)
 	})
 }
@@ -213,7 +278,7 @@ func podsObservation(pods []*pod, where string) Observation {
 func (w *Waiter) waitContainer(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.cfg.Namespace
 	lw := newListWatch(w.cfg.Kube.in(podsGVR, ns), byName(w.cfg.PodName), apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
+	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		pods := podsOf(objs)
 		if len(pods) == 0 {
 			return waiting("own pod %s/%s not found", ns, w.cfg.PodName)

@@ -53,7 +53,7 @@ func (k *Kube) Observe(ctx context.Context, gvr schema.GroupVersionResource, ns 
 		defer close(out)
 		b := backoff()
 		for ctx.Err() == nil {
-			watchSet(ctx, lw, &unstructured.Unstructured{}, sleepCtx, func(objs []any) (bool, error) {
+			watchSet(ctx, lw, sleepCtx, func(objs []any) (bool, error) {
 				set := make([]*unstructured.Unstructured, 0, len(objs))
 				for _, o := range objs {
 					if u, ok := o.(*unstructured.Unstructured); ok {

@@ -46,7 +46,7 @@ func (w *Waiter) waitResource(ctx context.Context, d Dependency, report func(Obs
 		what = gvr.Resource + " " + ns + "/" + d.Name
 	}
 	lw := newListWatch(w.cfg.Kube.in(gvr, ns), byName(d.Name), apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
+	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		for _, o := range objs {
 			if u, ok := o.(*unstructured.Unstructured); ok {
 				return resourceObservation(u, r, what)

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // waitService: the Service has at least one ready endpoint, read from its
@@ -18,13 +17,14 @@ func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Obse
 	ns := w.namespace(d)
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var fallback atomic.Bool
+	var fallback, listed atomic.Bool
 	lw := newListWatch(w.cfg.Kube.in(endpointSlicesGVR, ns),
 		selector{label: "kubernetes.io/service-name=" + d.Name},
 		func(op string, err error) {
-			// With client-go's watch-list the first request is a WATCH, so a
-			// refusal can come on either verb.
-			if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			// Only the first list decides: once slices were listed, a 403 or
+			// 404 is an API server still starting (its authorizer or its
+			// discovery not ready yet), to be retried.
+			if !listed.Load() && (apierrors.IsNotFound(err) || apierrors.IsForbidden(err)) {
 				w.log.Info("EndpointSlices unavailable; falling back to Endpoints", "dependency", d.String(), "error", err.Error())
 				fallback.Store(true)
 				cancel()
@@ -32,14 +32,15 @@ func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Obse
 			}
 			apiTrouble(report)(op, err)
 		})
-	err := w.watchUntil(sctx, d, report, lw, &unstructured.Unstructured{}, func(objs []any) Observation {
+	err := w.watchUntil(sctx, d, report, lw, func(objs []any) Observation {
+		listed.Store(true)
 		return slicesObservation(objs)
 	})
 	if !fallback.Load() || ctx.Err() != nil {
 		return err
 	}
 	lw = newListWatch(w.cfg.Kube.in(endpointsGVR, ns), byName(d.Name), apiTrouble(report))
-	return w.watchUntil(ctx, d, report, lw, &unstructured.Unstructured{}, endpointsObservation)
+	return w.watchUntil(ctx, d, report, lw, endpointsObservation)
 }
 
 func slicesObservation(objs []any) Observation {
