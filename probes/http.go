@@ -3,18 +3,18 @@ package probes
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kolla-agent/kolla-agent/internal/certs"
 )
 
 // HTTPConfig configures an HTTP check.
@@ -70,13 +70,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTPCheck, error) {
 	}
 	tlsConf := &tls.Config{InsecureSkipVerify: cfg.InsecureSkipVerify}
 	if cfg.CAFile != "" {
-		pem, err := os.ReadFile(cfg.CAFile)
+		pool, err := certs.Pool(cfg.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("http check %s: caFile: %w", cfg.URL, err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("http check %s: caFile %s: no PEM certificate in it", cfg.URL, cfg.CAFile)
 		}
 		tlsConf.RootCAs = pool
 	}

@@ -52,6 +52,8 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/kolla-agent/kolla-agent/internal/certs"
 )
 
 // RPCConfig configures an rpc check.
@@ -322,13 +324,9 @@ func (r *RPC) load() (*rpcSettings, error) {
 func rpcTLSConfig(caFile, certFile, keyFile string, verifyHost bool) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		pool, err := certs.Pool(caFile)
 		if err != nil {
 			return nil, fmt.Errorf("ssl_ca_file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ssl_ca_file %s: no PEM certificate in it", caFile)
 		}
 		c.RootCAs = pool
 	}
