@@ -7,41 +7,89 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 )
 
 // Line is one line read from a log file, without its newline, or a piece
 // of a line longer than the limit (Cont: the line goes on in the next).
+// It is valid only during the call it is given to: its Data is the
+// follower's buffer.
 type Line struct {
 	Data []byte
-	// File is the identity of the file it was read from (its Offset is not
-	// meaningful); End is the offset just after it, newline included:
-	// committing End for File means the line is shipped.
+	// File is the identity of the file it was read from (its Offset and
+	// Mark are not meaningful); End is the offset just after it, newline
+	// included: committing End for File means the line is shipped.
 	File Position
 	End  int64
 	Cont bool
+
+	// unended: the last line of a file that left the path, which never
+	// got its newline (End is just after its last byte).
+	unended bool
+	// tail is the last markLen bytes of the file before End (fewer at its
+	// start): the input of End's marker.
+	tail []byte
 }
+
+// readChunk is how much one read asks the kernel for.
+const readChunk = 128 << 10
 
 // source is one open file being read: the live file at the path, or one
 // that left it (renamed by rotation, or the copy copytruncate made) and is
 // read to its end first.
 type source struct {
 	f    *os.File
-	id   Position // identity; Offset: bytes consumed into lines
+	id   Position // identity, Path the followed path; Offset: bytes consumed into lines
 	part []byte   // the start of a line not yet ended
-	tail []byte   // the last bytes consumed, up to markLen
+	tail tailBuf  // the last bytes consumed
 	// For a file that left the path: its size when last looked at, and
 	// whether its writer can still add to it (renamed: the service may
 	// write until it reopens; a copy: never).
 	size    int64
 	written bool
+	// mtime is the file's when last looked at (the live file's: while it
+	// was not truncated); head its first bytes consumed, up to headLen:
+	// what tells a copy of it (copytruncate) from another file.
+	mtime time.Time
+	head  []byte
 }
 
 func (s *source) readAt() int64 { return s.id.Offset + int64(len(s.part)) }
 
+// tailBuf holds the last markLen bytes consumed, without allocating: it
+// moves with every line.
+type tailBuf struct {
+	b [markLen]byte
+	n int
+}
+
+func (t *tailBuf) bytes() []byte { return t.b[:t.n] }
+
+// push adds p, and a newline after it when nl.
+func (t *tailBuf) push(p []byte, nl bool) {
+	room := markLen // for p
+	if nl {
+		room--
+	}
+	if len(p) >= room {
+		t.n = copy(t.b[:], p[len(p)-room:])
+	} else {
+		keep := min(t.n, room-len(p))
+		copy(t.b[:keep], t.b[t.n-keep:t.n])
+		t.n = keep + copy(t.b[keep:], p)
+	}
+	if nl {
+		t.b[t.n] = '\n'
+		t.n++
+	}
+}
+
 // follower reads one log path and follows it across rotation, losing
 // nothing a tailer can keep: a renamed file is read until its writer has
 // moved to the new one, a truncated file's unread end is read from its
-// copytruncate copy, and both come before the new bytes at the path.
+// copytruncate copy, the files rotated from the path while nothing read
+// it are read whole, and all come before the new bytes at the path.
 // Read never waits: it returns what there is.
 type follower struct {
 	path    string
@@ -50,6 +98,26 @@ type follower struct {
 
 	live *source
 	left []*source // files that left the path, oldest first
+	buf  []byte    // what a read reads into; reused
+
+	// scan: the live file left the path. Once the files that left it are
+	// read, the files rotated from the path after last (the last of them
+	// read) are, before the new live file: the path may have been rotated
+	// again while nothing read it (the agent down, the sink down).
+	scan bool
+	last rotRef
+	// finished are the last files read to their end, which a scan must
+	// not read again.
+	finished [8]Position
+	nfin     int
+}
+
+// rotRef is where a scan for rotated files starts: after the file with
+// this inode (olderFirst), or, with none or when it is gone, at mtime
+// (files as new count: the clock's grain).
+type rotRef struct {
+	mtime    time.Time
+	dev, ino uint64
 }
 
 func newFollower(path string, maxLine int, log func(string, ...any)) *follower {
@@ -74,31 +142,42 @@ func (fl *follower) resume(p Position) error {
 		}
 		return nil
 	case found.How == "same":
-		fl.live, err = openSource(found.Tail, found.TailFrom, true)
+		fl.live, err = fl.open(found.Tail, found.TailFrom, true)
 	default:
 		fl.log("log file rotated while the agent was away; shipping its unshipped end first", "path", p.Path, "what", found.How)
 		var s *source
-		if s, err = openSource(found.Tail, found.TailFrom, found.How[:7] == "renamed"); err == nil {
+		if s, err = fl.open(found.Tail, found.TailFrom, found.How[:7] == "renamed"); err == nil {
 			fl.left = append(fl.left, s)
+			// Saved positions come in no order of age.
+			slices.SortStableFunc(fl.left, func(a, b *source) int { return olderFirst(a.rotated(), b.rotated()) })
+			fl.scan = true
 		}
 	}
 	return err
 }
 
-func openSource(f *os.File, off int64, written bool) (*source, error) {
+// rotated describes s as a file rotated from the path, as it is now.
+func (s *source) rotated() rotatedFile {
+	name := s.f.Name()
+	return rotatedFile{path: name, n: rotationNumber(filepath.Base(s.id.Path), filepath.Base(name)), mtime: s.mtime, dev: s.id.Dev, ino: s.id.Ino}
+}
+
+// open makes f a source read from off.
+func (fl *follower) open(f *os.File, off int64, written bool) (*source, error) {
 	id, err := identify(f)
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	id.Offset = off
-	s := &source{f: f, id: id, written: written}
+	id.Path, id.Offset = fl.path, off
+	s := &source{f: f, id: id, written: written, head: make([]byte, min(off, int64(id.HeadLen)))}
 	start := max(0, off-markLen)
-	s.tail = make([]byte, off-start)
-	n, _ := f.ReadAt(s.tail, start)
-	s.tail = s.tail[:n]
+	n, _ := f.ReadAt(s.tail.b[:off-start], start)
+	s.tail.n = n
+	n, _ = f.ReadAt(s.head, 0)
+	s.head = s.head[:n]
 	if fi, err := f.Stat(); err == nil {
-		s.size = fi.Size()
+		s.size, s.mtime = fi.Size(), fi.ModTime()
 	}
 	return s, nil
 }
@@ -110,7 +189,7 @@ func (fl *follower) Positions() []Position {
 	for _, s := range append(fl.left[:len(fl.left):len(fl.left)], fl.live) {
 		if s != nil {
 			p := s.id
-			p.Path, p.Mark = fl.path, digest(s.tail)
+			p.Mark = digest(s.tail.bytes())
 			out = append(out, p)
 		}
 	}
@@ -127,77 +206,98 @@ func (fl *follower) Close() {
 	fl.left, fl.live = nil, nil
 }
 
-// Read returns the lines available now, reading at most max bytes: first
-// the ends of files that left the path, then the live file.
-func (fl *follower) Read(max int) ([]Line, error) {
-	var out []Line
+// Read reads the lines available now, at most max bytes, and gives them
+// to fn one by one: first the ends of files that left the path, then the
+// live file. fn returning false stops it after that line (the bytes after
+// it are read again next time). It returns how many bytes it read: 0 when
+// there was nothing.
+func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
+	if fl.buf == nil {
+		fl.buf = make([]byte, readChunk)
+	}
+	want := max
 	var err error
-	buf := make([]byte, min(max, 256<<10))
+	var more bool
 	for {
 		for len(fl.left) > 0 {
 			s := fl.left[0]
-			if out, max, err = fl.drain(out, s, buf, max); err != nil || max <= 0 {
-				return out, err
+			if max, more, err = fl.drain(s, max, fn); err != nil || max <= 0 || !more {
+				return want - max, err
 			}
 			if !fl.done(s) {
 				// Its writer may add more: nothing of the new file
 				// before the old one is done.
-				return out, nil
+				return want - max, nil
 			}
+			stop := false
 			if len(s.part) > 0 {
 				fl.log("a rotated log file ends with a line not ended; shipping it as it is", "path", fl.path, "bytes", len(s.part))
-				out = fl.emit(out, s, s.part, len(s.part), false)
+				stop = !fl.emit(s, s.part, len(s.part), false, fn)
 				s.part = nil
 			}
-			s.f.Close()
+			fl.finish(s)
 			fl.left = fl.left[1:]
+			if stop {
+				return want - max, nil
+			}
 		}
 		if fl.live == nil {
 			f, err := os.Open(fl.path)
 			if errors.Is(err, fs.ErrNotExist) {
-				return out, nil
+				return want - max, nil
 			}
 			if err != nil {
-				return out, err
+				return want - max, err
 			}
-			if fl.live, err = openSource(f, 0, true); err != nil {
-				return out, err
+			if fl.live, err = fl.open(f, 0, true); err != nil {
+				return want - max, err
+			}
+			// Looked for once the new file is open: one rotated after
+			// the look is the live file, read as such.
+			if fl.scan {
+				fl.scan = false
+				if fl.left = fl.rotatedAfter(fl.last, nil, true); len(fl.left) > 0 {
+					continue
+				}
 			}
 		}
 		// Truncated since the last look? Before any new byte is read: a
 		// file truncated and written past the offset again would
 		// otherwise be read from the middle.
 		if moved, err := fl.truncation(); err != nil {
-			return out, err
+			return want - max, err
 		} else if moved {
 			continue
 		}
-		if out, max, err = fl.drain(out, fl.live, buf, max); err != nil || max <= 0 {
-			return out, err
+		if max, more, err = fl.drain(fl.live, max, fn); err != nil || max <= 0 || !more {
+			return want - max, err
 		}
 		moved, err := fl.rotation()
 		if err != nil || !moved {
-			return out, err
+			return want - max, err
 		}
 	}
 }
 
-// drain reads s from where it stands to its end (or max bytes).
-func (fl *follower) drain(out []Line, s *source, buf []byte, max int) ([]Line, int, error) {
+// drain reads s from where it stands to its end (or max bytes, or until
+// fn says no more: more false).
+func (fl *follower) drain(s *source, max int, fn func(Line) bool) (int, bool, error) {
 	for max > 0 {
-		n, err := s.f.ReadAt(buf[:min(len(buf), max)], s.readAt())
+		n, err := s.f.ReadAt(fl.buf[:min(len(fl.buf), max)], s.readAt())
 		if n > 0 {
 			max -= n
-			out = fl.split(out, s, buf[:n])
+			if !fl.split(s, fl.buf[:n], fn) {
+				return max, false, nil
+			}
 		}
 		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
-			return out, max, nil
+			return max, true, nil
 		}
 		if err != nil {
-			return out, max, err
+			return max, true, err
 		}
 	}
-	return out, max, nil
+	return max, true, nil
 }
 
 // done: a file that left the path has nothing more to give. A copy is done
@@ -209,7 +309,7 @@ func (fl *follower) done(s *source) bool {
 		return true
 	}
 	grew := fi.Size() != s.size
-	s.size = fi.Size()
+	s.size, s.mtime = fi.Size(), fi.ModTime()
 	if s.readAt() < s.size {
 		return false
 	}
@@ -240,21 +340,33 @@ func (fl *follower) truncation() (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		truncated = m != digest(s.tail)
+		truncated = m != digest(s.tail.bytes())
 	}
 	if !truncated {
+		s.mtime = fi.ModTime()
+		if n := min(headLen, s.id.Offset); int64(len(s.head)) < n {
+			if int64(cap(s.head)) < n {
+				s.head = make([]byte, headLen)
+			}
+			k, _ := s.f.ReadAt(s.head[:n], 0)
+			s.head = s.head[:k]
+		}
 		return false, nil
 	}
 	p := s.id
-	p.Path, p.Mark = fl.path, digest(s.tail)
+	p.Mark = digest(s.tail.bytes())
+	// Copies made since the last look are at least as new as the file
+	// was then, and newer than the copy found.
+	ref := rotRef{mtime: s.mtime}
 	if c := findCopy(filepath.Dir(fl.path), p, false); c != nil {
 		fl.log("log file truncated (copytruncate); reading its unread end from the copy first", "path", fl.path, "copy", c.Name())
-		cs, err := openSource(c, s.id.Offset, false)
+		cs, err := fl.open(c, s.id.Offset, false)
 		if err != nil {
 			return false, err
 		}
 		cs.part, cs.tail = s.part, s.tail
 		fl.left = append(fl.left, cs)
+		ref = rotRef{mtime: cs.mtime, dev: cs.id.Dev, ino: cs.id.Ino}
 	} else {
 		fl.log("log file truncated and no copy of its end found; reading it again from its start", "path", fl.path)
 	}
@@ -263,8 +375,14 @@ func (fl *follower) truncation() (bool, error) {
 		return false, err
 	}
 	s.f.Close()
-	fl.live, err = openSource(f, 0, true)
-	return true, err
+	if fl.live, err = fl.open(f, 0, true); err != nil {
+		return true, err
+	}
+	// Truncated more than once since the last look: the later copies
+	// follow, whole. A copy that starts with what was read is this
+	// file's, made after the last line read (logrotate's own window).
+	fl.left = append(fl.left, fl.rotatedAfter(ref, s.head, false)...)
+	return true, nil
 }
 
 // rotation looks at the path at the live file's end: a new file there
@@ -293,47 +411,140 @@ func (fl *follower) rotation() (bool, error) {
 	fl.log("log file rotated; reading the old file to its end, then the new one", "path", fl.path)
 	s.size = fi.Size()
 	fl.left = append(fl.left, s)
-	fl.live = nil
+	fl.live, fl.scan = nil, true
 	return true, nil
 }
 
-// split cuts b, read after the part s holds, into lines and pieces of at
-// most maxLine bytes.
-func (fl *follower) split(out []Line, s *source, b []byte) []Line {
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		end := i
-		if i < 0 {
-			end = len(b)
+// finish closes s, read to its end, and remembers it: a scan starts after
+// it, and does not read it again.
+func (fl *follower) finish(s *source) {
+	s.f.Close()
+	fl.last = rotRef{mtime: s.mtime, dev: s.id.Dev, ino: s.id.Ino}
+	fl.remember(s.id)
+}
+
+func (fl *follower) remember(p Position) {
+	fl.finished[fl.nfin%len(fl.finished)] = p
+	fl.nfin++
+}
+
+// rotatedAfter opens the files rotated from the path after ref, oldest
+// first, to be read whole: the ones the path held while nothing read it.
+// Files open already or finished are left out (by identity), and, with
+// head, the ones that start with its bytes: copies of what was read.
+func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*source {
+	all := rotatedFrom(fl.path)
+	at := slices.IndexFunc(all, func(r rotatedFile) bool { return ref.ino != 0 && r.dev == ref.dev && r.ino == ref.ino })
+	var out []*source
+	var names []string
+	for _, r := range all {
+		if at >= 0 && olderFirst(r, all[at]) <= 0 || at < 0 && r.mtime.Before(ref.mtime) {
+			continue
 		}
-		s.part = append(s.part, b[:end]...)
-		for len(s.part) > fl.maxLine {
-			out = fl.emit(out, s, s.part[:fl.maxLine], fl.maxLine, true)
-			s.part = s.part[fl.maxLine:]
+		f, err := os.Open(r.path)
+		if err != nil {
+			continue
 		}
-		if i < 0 {
-			s.part = bytes.Clone(s.part)
-			return out
+		if fl.known(f) {
+			f.Close()
+			continue
 		}
-		out = fl.emit(out, s, s.part, len(s.part)+1, false)
-		s.part = nil
-		b = b[i+1:]
+		if len(head) > 0 {
+			b := make([]byte, len(head))
+			if n, _ := f.ReadAt(b, 0); n > 0 && bytes.Equal(b[:n], head[:n]) {
+				if id, err := identify(f); err == nil {
+					fl.remember(id)
+				}
+				f.Close()
+				continue
+			}
+		}
+		s, err := fl.open(f, 0, written)
+		if err != nil {
+			continue
+		}
+		out = append(out, s)
+		names = append(names, filepath.Base(r.path))
+	}
+	if len(out) > 0 {
+		fl.log("log file rotated again while not read; shipping the files rotated in between first", "path", fl.path, "files", names)
 	}
 	return out
 }
 
-// emit appends a line of consumed bytes of s.
-func (fl *follower) emit(out []Line, s *source, data []byte, consumed int, cont bool) []Line {
+// known: f is a file open already, or finished.
+func (fl *follower) known(f *os.File) bool {
+	for _, s := range append(fl.left[:len(fl.left):len(fl.left)], fl.live) {
+		if s != nil {
+			if same, _ := sameFile(f, s.id); same {
+				return true
+			}
+		}
+	}
+	for _, p := range fl.finished[:min(fl.nfin, len(fl.finished))] {
+		if same, _ := sameFile(f, p); same {
+			return true
+		}
+	}
+	return false
+}
+
+// split cuts b, read after the part s holds, into lines and pieces of at
+// most maxLine bytes. A line wholly in b is given as a piece of b; only
+// one that spans reads is copied (into s.part). It says whether fn wants
+// more; when not, the bytes of b after the last line given are left
+// unconsumed.
+func (fl *follower) split(s *source, b []byte, fn func(Line) bool) bool {
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		seg := b
+		if i >= 0 {
+			seg = b[:i]
+		}
+		for len(s.part)+len(seg) > fl.maxLine {
+			k := fl.maxLine - len(s.part)
+			more := true
+			if len(s.part) == 0 {
+				more = fl.emit(s, seg[:k], k, true, fn)
+			} else {
+				s.part = append(s.part, seg[:k]...)
+				more = fl.emit(s, s.part, len(s.part), true, fn)
+				s.part = s.part[:0]
+			}
+			if !more {
+				return false
+			}
+			seg = seg[k:]
+		}
+		if i < 0 {
+			s.part = append(s.part, seg...)
+			return true
+		}
+		more := true
+		if len(s.part) == 0 {
+			more = fl.emit(s, seg, len(seg)+1, false, fn)
+		} else {
+			s.part = append(s.part, seg...)
+			more = fl.emit(s, s.part, len(s.part)+1, false, fn)
+			s.part = s.part[:0]
+		}
+		if !more {
+			return false
+		}
+		b = b[i+1:]
+	}
+	return true
+}
+
+// emit gives fn a line of s that consumes the next consumed bytes (its
+// newline included, or the part s held before it), and returns what fn
+// does.
+func (fl *follower) emit(s *source, data []byte, consumed int, cont bool, fn func(Line) bool) bool {
+	if s.id.First == "" {
+		s.id.First = firstLine(s.f) // the first line is on disk by now
+	}
 	s.id.Offset += int64(consumed)
-	raw := data
-	if consumed > len(data) {
-		raw = append(bytes.Clone(data[max(0, len(data)-markLen):]), '\n')
-	}
-	s.tail = append(s.tail, raw[max(0, len(raw)-markLen):]...)
-	if len(s.tail) > markLen {
-		s.tail = bytes.Clone(s.tail[len(s.tail)-markLen:])
-	}
-	id := s.id
-	id.Path, id.Mark = fl.path, digest(s.tail)
-	return append(out, Line{Data: bytes.Clone(data), File: id, End: s.id.Offset, Cont: cont})
+	nl := consumed > len(data)
+	s.tail.push(data, nl)
+	return fn(Line{Data: data, File: s.id, End: s.id.Offset, Cont: cont, unended: !cont && !nl, tail: s.tail.bytes()})
 }

@@ -2,11 +2,14 @@ package logs
 
 import (
 	"bytes"
+	"compress/gzip"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // readAll reads what the follower has now, as strings, checking that each
@@ -15,7 +18,7 @@ func readAll(t *testing.T, fl *follower) []string {
 	t.Helper()
 	var got []string
 	for {
-		ls, err := fl.Read(1 << 20)
+		ls, err := readLines(fl, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -26,6 +29,17 @@ func readAll(t *testing.T, fl *follower) []string {
 			got = append(got, string(l.Data))
 		}
 	}
+}
+
+// readLines is one Read, its lines kept (their Data copied).
+func readLines(fl *follower, max int) ([]Line, error) {
+	var out []Line
+	_, err := fl.Read(max, func(l Line) bool {
+		l.Data, l.tail = bytes.Clone(l.Data), bytes.Clone(l.tail)
+		out = append(out, l)
+		return true
+	})
+	return out, err
 }
 
 func want(t *testing.T, got []string, from, to int) {
@@ -81,7 +95,7 @@ func TestFollowLongLine(t *testing.T) {
 	var got []byte
 	var pieces int
 	for {
-		ls, err := fl.Read(1 << 20)
+		ls, err := readLines(fl, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -203,4 +217,253 @@ func TestFollowResume(t *testing.T) {
 		third.resume(p)
 	}
 	want(t, readAll(t, third), 130, 135)
+}
+
+// Reading stopped after any line and taken up again gives every line once,
+// in order, long lines in pieces; each line's tail is the file's bytes
+// before its end, and End where it ends.
+func TestFollowStopAndTail(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "app.log")
+	var content strings.Builder
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range 2000 {
+		switch n := r.IntN(10); {
+		case n == 0:
+			content.WriteString(strings.Repeat("L", r.IntN(700)) + "\n") // pieces of 256
+		case n < 5:
+			content.WriteString(strings.Repeat("s", r.IntN(70)) + "\n")
+		default:
+			content.WriteString(lines(i, i+1))
+		}
+	}
+	file := content.String()
+	os.WriteFile(log, []byte(file), 0o644)
+	fl := newFollower(log, 256, nil)
+	defer fl.Close()
+	fl.buf = make([]byte, 1000) // lines across reads
+	var got []byte
+	for {
+		stopAfter := 1 + r.IntN(3)
+		n, err := fl.Read(1<<20, func(l Line) bool {
+			got = append(got, l.Data...)
+			if !l.Cont {
+				got = append(got, '\n')
+			}
+			if int64(len(got)) != l.End {
+				t.Fatalf("End %d after %d bytes", l.End, len(got))
+			}
+			if want := file[max(0, l.End-markLen):l.End]; string(l.tail) != want {
+				t.Fatalf("at %d: tail %q, want %q", l.End, l.tail, want)
+			}
+			stopAfter--
+			return stopAfter > 0
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	if string(got) != file {
+		t.Fatalf("read %d bytes, want %d", len(got), len(file))
+	}
+}
+
+func TestTailBuf(t *testing.T) {
+	var tb tailBuf
+	var all []byte
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 10_000 {
+		p := bytes.Repeat([]byte{byte('a' + r.IntN(26))}, r.IntN(100))
+		nl := r.IntN(2) == 0
+		tb.push(p, nl)
+		all = append(all, p...)
+		if nl {
+			all = append(all, '\n')
+		}
+		if want := all[max(0, len(all)-markLen):]; !bytes.Equal(tb.bytes(), want) {
+			t.Fatalf("tail %q, want %q", tb.bytes(), want)
+		}
+	}
+}
+
+// The path is rotated twice while the follower reads nothing (the sink
+// down, the agent slow), or while the agent is down (resumed from the
+// positions saved): the file rotated in between (B, never opened) is read
+// whole, after the rest of the file the follower was on (A) and before the
+// live one (C). Rotated files from before (app.log.1 at the start, read
+// already, as new as the others to the clock's grain; a compressed one;
+// another log's) are not read.
+func TestFollowRotatedTwiceWhileNotRead(t *testing.T) {
+	shift := func(log string) {
+		for i := 5; i >= 1; i-- {
+			os.Rename(fmt.Sprintf("%s.%d", log, i), fmt.Sprintf("%s.%d", log, i+1))
+		}
+	}
+	copyTruncate := func(log string) {
+		b, _ := os.ReadFile(log)
+		os.WriteFile(log+".1", b, 0o644)
+		os.Truncate(log, 0)
+	}
+	for _, tc := range []struct {
+		name string
+		// rotate rotates log, written by w (rename: w is the old file);
+		// it returns the writer of the new file.
+		rotate  func(t *testing.T, log string, w *os.File) *os.File
+		restart bool
+		// from: the first line read after the rotations (A's unread
+		// lines, 100 to 110, are lost when only compressed)
+		from int
+	}{
+		{"rename", func(t *testing.T, log string, w *os.File) *os.File {
+			shift(log)
+			renameFile(t, log, log+".1")
+			return writer(t, log)
+		}, false, 100},
+		{"copytruncate", func(t *testing.T, log string, w *os.File) *os.File {
+			shift(log)
+			copyTruncate(log)
+			return w
+		}, false, 100},
+		{"copytruncate, delaycompress", func(t *testing.T, log string, w *os.File) *os.File {
+			shift(log)
+			if b, err := os.ReadFile(log + ".2"); err == nil {
+				var z bytes.Buffer
+				zw := gzip.NewWriter(&z)
+				zw.Write(b)
+				zw.Close()
+				os.WriteFile(log+".2.gz", z.Bytes(), 0o644)
+				os.Remove(log + ".2")
+			}
+			copyTruncate(log)
+			return w
+		}, false, 110},
+	} {
+		for _, restart := range []bool{false, true} {
+			if restart && tc.from != 100 {
+				continue // A's position leads nowhere: what was rotated after it is not known
+			}
+			t.Run(fmt.Sprintf("%s/restart=%v", tc.name, restart), func(t *testing.T) {
+				dir := t.TempDir()
+				log := filepath.Join(dir, "app.log")
+				os.WriteFile(log+".1", []byte(lines(9000, 9010)), 0o644)
+				os.WriteFile(log+".2.gz", []byte("\x1f\x8b not lines"), 0o644)
+				os.WriteFile(filepath.Join(dir, "other.log.1"), []byte(lines(8000, 8010)), 0o644)
+				w := writer(t, log)
+				w.WriteString(lines(0, 100))
+				fl := newFollower(log, 1024, nil)
+				want(t, readAll(t, fl), 0, 100)
+				saved := fl.Positions()
+				if restart {
+					fl.Close()
+				}
+				w.WriteString(lines(100, 110))
+				w = tc.rotate(t, log, w)
+				w.WriteString(lines(110, 150))
+				w = tc.rotate(t, log, w)
+				w.WriteString(lines(150, 160))
+				// The clock's grain: every rotated file as new as the others.
+				now := time.Now()
+				ents, _ := os.ReadDir(dir)
+				for _, e := range ents {
+					os.Chtimes(filepath.Join(dir, e.Name()), now, now)
+				}
+				if restart {
+					fl = newFollower(log, 1024, nil)
+					for _, p := range saved {
+						if err := fl.resume(p); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				defer fl.Close()
+				want(t, readAll(t, fl), tc.from, 160)
+			})
+		}
+	}
+}
+
+// copytruncate copied the file, lines were written and read, then it
+// truncated it: the copy is shorter than what was read, and holds nothing
+// unread. However new it looks, it is not read again.
+func TestFollowCopyTruncateWindow(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	w := writer(t, log)
+	w.WriteString(lines(0, 100))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 100)
+	b, _ := os.ReadFile(log)
+	os.WriteFile(log+".1", b, 0o644)
+	w.WriteString(lines(100, 110))
+	want(t, readAll(t, fl), 100, 110)
+	fi, _ := w.Stat()
+	os.Chtimes(log+".1", fi.ModTime(), fi.ModTime()) // copied in the tick of the last write seen
+	os.Truncate(log, 0)
+	w.WriteString(lines(110, 120))
+	want(t, readAll(t, fl), 110, 120)
+}
+
+// Positions saved in two files that had both left the path (a copy being
+// read and the next one a scan found, say), resumed in whatever order the
+// offsets file has them: the older file's rest comes first.
+func TestFollowResumeOldestFirst(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	os.WriteFile(log, []byte(lines(0, 20)), 0o644)
+	a := position(t, log, int64(len(lines(0, 10))))
+	renameFile(t, log, log+".1")
+	os.WriteFile(log, []byte(lines(20, 40)), 0o644)
+	b := position(t, log, int64(len(lines(20, 30))))
+	renameFile(t, log+".1", log+".2")
+	renameFile(t, log, log+".1")
+	os.WriteFile(log, []byte(lines(40, 50)), 0o644)
+	now := time.Now() // in one tick of the clock
+	for _, f := range []string{log, log + ".1", log + ".2"} {
+		os.Chtimes(f, now, now)
+	}
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	for _, p := range []Position{b, a} {
+		if err := fl.resume(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := strings.Join(readAll(t, fl), "\n")+"\n", lines(10, 20)+lines(30, 50); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A file's id in the records (device, inode, First) is the same for every
+// line of it, whether it was read while short or once long, by one
+// follower or by another started later: a record sent again after a
+// restart is recognisable.
+func TestFollowFirstIsStable(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "app.log")
+	w := writer(t, log)
+	a := newFollower(log, 1<<20, nil)
+	defer a.Close()
+	w.WriteString(lines(0, 1))
+	first, err := readLines(a, 1<<20)
+	if err != nil || len(first) != 1 || first[0].File.First == "" {
+		t.Fatalf("%v %+v", err, first)
+	}
+	w.WriteString(lines(1, 100)) // well past the head's 1 KiB
+	later, err := readLines(a, 1<<20)
+	if err != nil || len(later) != 99 {
+		t.Fatalf("%v: %d lines", err, len(later))
+	}
+	b := newFollower(log, 1<<20, nil)
+	defer b.Close()
+	again, err := readLines(b, 1<<20)
+	if err != nil || len(again) != 100 {
+		t.Fatalf("%v: %d lines", err, len(again))
+	}
+	for _, l := range append(later, again...) {
+		if l.File.First != first[0].File.First || l.File.Ino != first[0].File.Ino {
+			t.Fatalf("line at %d: id %d:%s, first line's %d:%s", l.End, l.File.Ino, l.File.First, first[0].File.Ino, first[0].File.First)
+		}
+	}
 }

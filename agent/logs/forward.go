@@ -61,6 +61,10 @@ type ForwardConfig struct {
 	MaxInFlight int           // chunks awaiting their ack at once; default 4
 	DialTimeout time.Duration // default 10s
 	Logger      *slog.Logger
+	// OnHealth, if set, is told of every failed attempt (err: why) and of
+	// the first success after a failure (nil). Send itself keeps trying
+	// until its context ends, so this is how a caller sees an outage.
+	OnHealth func(err error)
 }
 
 const (
@@ -86,6 +90,7 @@ type Forward struct {
 	cur     *fconn
 	conns   map[*fconn]struct{}
 	closed  bool
+	failing bool // the last attempt failed (OnHealth)
 	backoff time.Duration
 	next    time.Time // no dial before this
 }
@@ -194,6 +199,9 @@ func (f *Forward) send(ctx context.Context, tag string, body []byte, offs []int)
 	opt := appendInt(appendStr(appendStr(appendStr([]byte{0x82}, "chunk"), cid), "size"), int64(n))
 	for misses := 0; ; {
 		missed, err := f.attempt(ctx, hdr, p, opt, cid)
+		if ctx.Err() == nil && !errors.Is(err, ErrClosed) {
+			f.health(err)
+		}
 		if err == nil || ctx.Err() != nil || errors.Is(err, ErrAuth) || errors.Is(err, ErrClosed) {
 			return err
 		}
@@ -290,6 +298,7 @@ func (f *Forward) conn(ctx context.Context) (*fconn, error) {
 		if ctx.Err() != nil {
 			return nil, ctxErr(ctx, last)
 		}
+		f.health(err) // conn keeps dialling: say so now
 		// A dial cut short by the context's own deadline says nothing
 		// new: keep the error that says why the earlier ones failed.
 		var ne net.Error
@@ -352,6 +361,21 @@ func (f *Forward) pick(ctx context.Context) (*fconn, error) {
 	f.wg.Add(1)
 	go f.read(c)
 	return c, nil
+}
+
+// health passes an attempt's outcome to OnHealth: every failure, and the
+// first success after one.
+func (f *Forward) health(err error) {
+	if f.cfg.OnHealth == nil {
+		return
+	}
+	f.mu.Lock()
+	was := f.failing
+	f.failing = err != nil
+	f.mu.Unlock()
+	if err != nil || was {
+		f.cfg.OnHealth(err)
+	}
 }
 
 func (f *Forward) bumpLocked() {

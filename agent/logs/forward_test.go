@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -536,7 +537,17 @@ func TestForwardConnectionClosed(t *testing.T) {
 func TestForwardReceiverRestart(t *testing.T) {
 	r := newReceiver(t, nil)
 	addr := r.addr()
-	f := newForward(t, ForwardConfig{Address: addr, AckTimeout: 5 * time.Second})
+	var mu sync.Mutex
+	var health []string // what OnHealth was told, in order
+	f := newForward(t, ForwardConfig{Address: addr, AckTimeout: 5 * time.Second, OnHealth: func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			health = append(health, "fail")
+		} else {
+			health = append(health, "ok")
+		}
+	}})
 	if err := f.Send(context.Background(), "t", testEntries("before", 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -560,6 +571,12 @@ func TestForwardReceiverRestart(t *testing.T) {
 		t.Fatal("no delivery 5s after the receiver came back")
 	}
 	checkDelivered(t, r.counts(), [][]Entry{testEntries("before", 3), es})
+	// The outage is seen (a failure per attempt), and its end once.
+	mu.Lock()
+	defer mu.Unlock()
+	if len(health) < 2 || health[0] != "fail" || health[len(health)-1] != "ok" || slices.Index(health, "ok") != len(health)-1 {
+		t.Errorf("OnHealth was told %v, want failures then one ok", health)
+	}
 }
 
 func TestForwardHandshake(t *testing.T) {
@@ -689,4 +706,38 @@ func TestForwardCancelAndClose(t *testing.T) {
 	if _, err := NewForward(ForwardConfig{Address: "no-port"}); err == nil {
 		t.Error("NewForward accepted an address without a port")
 	}
+}
+
+// A receiver that is not there at all: Send keeps dialling inside, and
+// OnHealth says so while it does.
+func TestForwardHealthWhileUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	fails := make(chan error, 100)
+	f := newForward(t, ForwardConfig{Address: addr, AckTimeout: time.Second, OnHealth: func(err error) {
+		if err != nil {
+			select {
+			case fails <- err:
+			default:
+			}
+		}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- f.Send(ctx, "t", testEntries("x", 1)) }()
+	select {
+	case err := <-fails:
+		if !strings.Contains(err.Error(), "connection refused") {
+			t.Errorf("OnHealth told %v", err)
+		}
+	case err := <-done:
+		t.Fatalf("Send returned (%v) before OnHealth heard of the failure", err)
+	}
+	cancel()
+	<-done
 }

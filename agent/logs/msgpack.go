@@ -75,6 +75,10 @@ func appendStr(b []byte, s string) []byte {
 	return append(appendLen(b, len(s), 0xa0, 32, 0xd9, 0xda, 0xdb), s...)
 }
 
+func appendStrBytes(b []byte, s []byte) []byte {
+	return append(appendLen(b, len(s), 0xa0, 32, 0xd9, 0xda, 0xdb), s...)
+}
+
 func appendBinHeader(b []byte, n int) []byte { return appendLen(b, n, 0, 0, 0xc4, 0xc5, 0xc6) }
 
 func appendBin(b []byte, p []byte) []byte { return append(appendBinHeader(b, len(p)), p...) }

@@ -26,7 +26,8 @@ func TestShipperToRealServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	cfg := ShipperConfig{Files: []FileSpec{{Glob: filepath.Join(dir, "*.log")}}, Sink: &ForwardSink{F: f, Pod: "glance-api-0", Namespace: "openstack", Container: "glance-api"},
+	cfg := ShipperConfig{Files: []FileSpec{{Glob: filepath.Join(dir, "*.log")}}, Sink: &ForwardSink{F: f, Container: "glance-api"},
+		Fields:   map[string]string{"pod": "glance-api-0", "namespace": "openstack"},
 		StateDir: filepath.Join(t.TempDir(), "state"), Idle: 50 * time.Millisecond, Rescan: time.Second, BatchBytes: 64 << 10}
 	stop := runShipper(t, cfg)
 	const total = 20_000
@@ -76,7 +77,7 @@ func TestShipperToRealServer(t *testing.T) {
 		dups += c - 1
 	}
 	r := recs[0]
-	if r.Tag != "kolla.glance.glance-api" || r.Fields["pod"] != "glance-api-0" || r.Fields["namespace"] != "openstack" || r.Fields["file"] != log || r.Fields["id"] == nil || r.Fields["offset"] == nil {
+	if r.Tag != "kolla.glance.glance-api" || r.Fields["pod"] != "glance-api-0" || r.Fields["namespace"] != "openstack" || r.Fields["container"] != "glance-api" || r.Fields["file"] != log || r.Fields["id"] == nil || r.Fields["offset"] == nil {
 		t.Errorf("record %+v", r)
 	}
 	t.Logf("%d lines, %d records, %d duplicate lines (batches of 64 KiB in flight at the failures)", total, len(recs), dups)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -20,7 +22,7 @@ type memSink struct {
 	tags map[string]bool
 }
 
-func (m *memSink) Send(_ context.Context, tag string, recs []Record) error {
+func (m *memSink) Send(_ context.Context, tag string, _ map[string]string, recs []Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down {
@@ -148,4 +150,81 @@ func renameFile(t *testing.T, a, b string) {
 	if err := os.Rename(a, b); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// cutSink passes Sends to m until m has n lines, then fails every Send:
+// the receiver gone in the middle of a file.
+type cutSink struct {
+	m      *memSink
+	n      int
+	failed atomic.Int64
+}
+
+func (c *cutSink) Send(ctx context.Context, tag string, fields map[string]string, recs []Record) error {
+	if len(numbers(c.m.lines())) >= c.n {
+		c.failed.Add(1)
+		return errors.New("receiver gone")
+	}
+	return c.m.Send(ctx, tag, fields, recs)
+}
+
+// The path is rotated twice while the shipper is stopped: app.log (A,
+// whose position was saved) becomes app.log.2, the file after it (B,
+// never seen) app.log.1, and a third is live. B is shipped whole, between
+// A's end and the live file. Stopped in the middle of B (its offset
+// committed as any file's), the next start goes on from there: every
+// line once, in order.
+func TestShipperRotatedTwiceWhileStopped(t *testing.T) {
+	dir, log, state := shipperDir(t)
+	w := writer(t, log)
+	w.WriteString(lines(0, 100))
+	m := &memSink{}
+	cfg := ShipperConfig{Files: []FileSpec{{Glob: filepath.Join(dir, "*.log")}}, Sink: m, StateDir: state, Idle: 50 * time.Millisecond, Rescan: 100 * time.Millisecond, BatchBytes: 1 << 10, Drain: -1}
+	stop := runShipper(t, cfg)
+	waitLines(t, m, 100)
+	stop()
+
+	w.WriteString(lines(100, 110))
+	renameFile(t, log, log+".1")
+	writer(t, log).WriteString(lines(110, 150))
+	renameFile(t, log+".1", log+".2")
+	renameFile(t, log, log+".1")
+	writer(t, log).WriteString(lines(150, 160))
+
+	cut := &cutSink{m: m, n: 130}
+	cfg.Sink = cut
+	stop = runShipper(t, cfg)
+	waitFor(t, "the sink to fail in the middle of app.log.1", func() bool { return cut.failed.Load() > 0 })
+	stop()
+	b, _ := os.Stat(log + ".1")
+	if ps, _ := loadState(state); len(ps) != 1 || !os.SameFile(b, statPos(t, ps[0])) || ps[0].Offset <= 0 || ps[0].Offset >= b.Size() {
+		t.Fatalf("offsets %+v: want one in app.log.1 (%d bytes)", ps, b.Size())
+	}
+
+	cfg.Sink = m
+	stop = runShipper(t, cfg)
+	waitLines(t, m, 160)
+	stop()
+	got := numbers(m.lines())
+	for i, n := range got {
+		if n != i {
+			t.Fatalf("line %d is %d: %v", i, n, got[max(0, i-3):min(len(got), i+3)])
+		}
+	}
+	if len(got) != 160 {
+		t.Errorf("%d lines, want 160", len(got))
+	}
+}
+
+// statPos is the file a position names, found in its directory by inode.
+func statPos(t *testing.T, p Position) os.FileInfo {
+	t.Helper()
+	ents, _ := os.ReadDir(filepath.Dir(p.Path))
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Sys().(*syscall.Stat_t).Ino == p.Ino {
+			return fi
+		}
+	}
+	t.Fatalf("no file with the inode of %+v", p)
+	return nil
 }

@@ -2,6 +2,7 @@ package logs
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -11,7 +12,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // headLen is how many of a file's first bytes fingerprint it; markLen how
@@ -32,6 +37,12 @@ type Position struct {
 	// from another that reuses the inode.
 	Head    string `json:"head"`
 	HeadLen int    `json:"headLen"`
+	// First is the hash of the file's first line (at most headLen bytes),
+	// set once a line of it is read: with (Dev, Ino) it is the file's id
+	// in the records. Unlike Head it does not change while a short file
+	// grows, so a record sent again by the next run of the agent has the
+	// id it had, and a receiver can drop it. Not saved: it is read again.
+	First string `json:"-"`
 	// Offset: every byte before it was acknowledged.
 	Offset int64 `json:"offset"`
 	// Mark is the hash of the markLen bytes before Offset: a file truncated
@@ -58,6 +69,18 @@ func identify(f *os.File) (Position, error) {
 	}
 	p.Head, p.HeadLen = digest(head[:n]), n
 	return p, nil
+}
+
+// firstLine is First for f: the hash of its first line, or of its first
+// headLen bytes when they hold no newline (a long line's first piece).
+func firstLine(f *os.File) string {
+	b := make([]byte, headLen)
+	n, _ := f.ReadAt(b, 0)
+	b = b[:n]
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i+1]
+	}
+	return digest(b)
 }
 
 func digest(b []byte) string {
@@ -241,14 +264,7 @@ func locate(p Position) (Found, error) {
 // inode, renamed) or a copy of it (its head and the marker at p's offset
 // match, another inode), long enough to hold p.Offset.
 func findCopy(dir string, p Position, byInode bool) *os.File {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
+	for _, e := range siblings(dir) {
 		path := filepath.Join(dir, e.Name())
 		if path == p.Path && !byInode {
 			continue
@@ -272,4 +288,78 @@ func findCopy(dir string, p Position, byInode bool) *os.File {
 		f.Close()
 	}
 	return nil
+}
+
+// compressedExt are the names' endings of files compressed by logrotate
+// (compresscmd, compressext): their bytes are not lines, and a gzip file's
+// head could match a position of a file that was empty.
+var compressedExt = []string{".gz", ".xz", ".bz2", ".zst", ".lz4", ".lzma", ".lzo", ".Z", ".zip", ".br"}
+
+// siblings are the regular files of dir that may hold a log file's bytes:
+// where a file that left its path is looked for, by findCopy and by
+// rotatedFrom. Compressed files are left out.
+func siblings(dir string) []fs.DirEntry {
+	ents, _ := os.ReadDir(dir)
+	out := ents[:0]
+	for _, e := range ents {
+		if e.Type().IsRegular() && !slices.ContainsFunc(compressedExt, func(x string) bool { return strings.HasSuffix(e.Name(), x) }) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// rotatedFile is a file rotated from a log path.
+type rotatedFile struct {
+	path     string
+	n        int // rotation number (app.log.2: 2); -1 without one (app.log-20261123)
+	mtime    time.Time
+	dev, ino uint64
+}
+
+// rotatedFrom lists the siblings of path named like its rotated copies
+// (logrotate's base.N, base-DATE: the base name, then '.', '-' or '_' and
+// a suffix with a digit in it), oldest first (olderFirst).
+func rotatedFrom(path string) []rotatedFile {
+	dir, base := filepath.Split(path)
+	var out []rotatedFile
+	for _, e := range siblings(dir) {
+		rest, ok := strings.CutPrefix(e.Name(), base)
+		if !ok || len(rest) < 2 || !strings.ContainsAny(rest[:1], ".-_") || !strings.ContainsAny(rest, "0123456789") {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			continue
+		}
+		out = append(out, rotatedFile{path: filepath.Join(dir, e.Name()), n: rotationNumber(base, e.Name()), mtime: fi.ModTime(), dev: uint64(st.Dev), ino: st.Ino})
+	}
+	slices.SortFunc(out, olderFirst)
+	return out
+}
+
+// rotationNumber is N of the name base.N, or -1.
+func rotationNumber(base, name string) int {
+	rest, ok := strings.CutPrefix(name, base+".")
+	if n, err := strconv.Atoi(rest); ok && err == nil && n >= 0 && rest[0] != '+' {
+		return n
+	}
+	return -1
+}
+
+// olderFirst orders rotated files by mtime, then (files written within one
+// tick of the kernel's coarse clock have the same) by rotation number
+// (app.log.2 before app.log.1), then by name (dates).
+func olderFirst(a, b rotatedFile) int {
+	if c := a.mtime.Compare(b.mtime); c != 0 {
+		return c
+	}
+	if a.n >= 0 && b.n >= 0 && a.n != b.n {
+		return cmp.Compare(b.n, a.n)
+	}
+	return strings.Compare(a.path, b.path)
 }

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -20,7 +22,8 @@ import (
 
 // SyslogConfig is the syslog sink: RFC 5424 messages over TCP (or TLS),
 // framed by octet counting (RFC 6587), so a multi-line record stays one
-// message.
+// message. The fields Send is given (ShipperConfig.Fields) are params of
+// the message's structured-data element, after file, offset and id.
 type SyslogConfig struct {
 	Address  string
 	TLS      *tls.Config
@@ -68,13 +71,18 @@ func NewSyslog(cfg SyslogConfig) (*Syslog, error) {
 // confirmation window. Anything else is an error, and the caller sends the
 // batch again over a new connection: at least once, never silently lost
 // to a connection that died.
-func (s *Syslog) Send(ctx context.Context, tag string, recs []Record) error {
+func (s *Syslog) Send(ctx context.Context, tag string, fields map[string]string, recs []Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var buf bytes.Buffer
 	now := time.Now()
+	// The fields as SD-PARAMs, once: ` k="v"` for each.
+	var params []byte
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		params = fmt.Appendf(params, ` %s="%s"`, k, sdEscape(fields[k]))
+	}
 	for _, r := range recs {
-		msg := s.format(&r, tag, now)
+		msg := s.format(&r, tag, params, now)
 		buf.WriteString(strconv.Itoa(len(msg)))
 		buf.WriteByte(' ')
 		buf.Write(msg)
@@ -206,24 +214,24 @@ var severities = map[string]int{"CRITICAL": 2, "ERROR": 3, "WARNING": 4, "INFO":
 // oslo level (info when it has none), the time it was read, HOSTNAME,
 // APP-NAME the tag, PROCID the pid of oslo's header, structured data naming
 // the file and the offset (so a receiver can drop the duplicates
-// at-least-once can make), and MSG with invalid UTF-8 escaped as \xNN.
-func (s *Syslog) format(r *Record, tag string, now time.Time) []byte {
+// at-least-once can make) followed by params (the fields), and MSG with
+// invalid UTF-8 escaped as \xNN.
+func (s *Syslog) format(r *Record, tag string, params []byte, now time.Time) []byte {
 	sev, procid := 6, "-"
-	if m := osloHeader.FindSubmatch(r.Data); m != nil {
-		if v, ok := severities[string(m[2])]; ok {
+	if h, ok := parseOslo(r.Data); ok {
+		if v, ok := severities[string(h.levelName(r.Data))]; ok {
 			sev = v
 		}
-		if f := bytes.Fields(m[1]); len(f) >= 3 {
-			procid = string(f[2])
-		}
+		procid = string(r.Data[h.pid : h.level-1])
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "<%d>1 %s %s %s %s - [kolla@32473 file=\"%s\" offset=\"%d\" id=\"%d:%d:%s\"", s.cfg.Facility*8+sev,
 		now.UTC().Format("2006-01-02T15:04:05.000000Z"), header(s.cfg.Hostname, 255), header(tag, 48), header(procid, 128),
-		sdEscape(r.File.Path), r.End, r.File.Dev, r.File.Ino, r.File.Head)
+		sdEscape(r.File.Path), r.End, r.File.Dev, r.File.Ino, r.File.First)
 	if r.Partial {
 		b.WriteString(` partial="true"`)
 	}
+	b.Write(params)
 	b.WriteString("] ")
 	for d := r.Data; len(d) > 0; {
 		c, n := utf8.DecodeRune(d)

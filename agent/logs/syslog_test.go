@@ -81,10 +81,10 @@ func TestSyslogFormatAndFraming(t *testing.T) {
 	}
 	defer s.Close()
 	recs := []Record{
-		{Data: []byte("2026-11-23 17:40:00.123 4242 ERROR keystone.server [req-1] boom\n2026-11-23 17:40:00.123 4242 ERROR keystone.server Traceback (most recent call last):"), File: Position{Path: `/var/log/kolla/keystone/ke"y].log`, Dev: 1, Ino: 2, Head: "ab"}, End: 300},
+		{Data: []byte("2026-11-23 17:40:00.123 4242 ERROR keystone.server [req-1] boom\n2026-11-23 17:40:00.123 4242 ERROR keystone.server Traceback (most recent call last):"), File: Position{Path: `/var/log/kolla/keystone/ke"y].log`, Dev: 1, Ino: 2, Head: "ab", First: "ab"}, End: 300},
 		{Data: []byte("plain \xff\xfe line"), File: Position{Path: "/a.log"}, End: 17, Partial: true},
 	}
-	if err := s.Send(context.Background(), "kolla.keystone.keystone", recs); err != nil {
+	if err := s.Send(context.Background(), "kolla.keystone.keystone", nil, recs); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -111,23 +111,56 @@ func TestSyslogReceiverClosesDuringConfirmation(t *testing.T) {
 	s, _ := NewSyslog(SyslogConfig{Address: r.ln.Addr().String(), Confirm: 200 * time.Millisecond})
 	defer s.Close()
 	recs := []Record{{Data: []byte("one")}, {Data: []byte("two")}}
-	if err := s.Send(context.Background(), "t", recs); err == nil {
+	if err := s.Send(context.Background(), "t", nil, recs); err == nil {
 		t.Fatal("a batch the receiver did not take was confirmed")
 	}
 	r.closeAfter.Store(0)
-	if err := s.Send(context.Background(), "t", recs); err != nil {
+	if err := s.Send(context.Background(), "t", nil, recs); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The fields are params of the structured data, after the record's own,
+// in the order of their keys, their values escaped.
+func TestSyslogFields(t *testing.T) {
+	r := startOctetReceiver(t, 0)
+	s, err := NewSyslog(SyslogConfig{Address: r.ln.Addr().String(), Hostname: "h", Confirm: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	recs := []Record{{Data: []byte("x"), File: Position{Path: "/a.log", Dev: 1, Ino: 2, Head: "ab", First: "ab"}, End: 2, Partial: true}}
+	if err := s.Send(context.Background(), "t", map[string]string{"pod": "keystone-api-0", "namespace": `o"p]e\n`}, recs); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(r.got()) < 1 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := r.got(); len(got) != 1 || !strings.HasSuffix(got[0], ` h t - - [kolla@32473 file="/a.log" offset="2" id="1:2:ab" partial="true" namespace="o\"p\]e\\n" pod="keystone-api-0"] x`) {
+		t.Errorf("messages %q", got)
 	}
 }
 
 func TestStdoutSink(t *testing.T) {
 	var b strings.Builder
-	recs := []Record{{Data: []byte("a\nb"), File: Position{Path: "/x.log"}, End: 4}, {Data: []byte("c"), File: Position{Path: "/x.log"}, End: 6}}
-	if err := NewStdout(&b, false).Send(context.Background(), "t", recs); err != nil || b.String() != "a\nb\nc\n" {
+	recs := []Record{{Data: []byte("a\nb"), File: Position{Path: "/x.log", Dev: 1, Ino: 2, Head: "ab", First: "ab"}, End: 4}, {Data: []byte("c"), File: Position{Path: "/x.log", Dev: 1, Ino: 2, Head: "ab", First: "ab"}, End: 6}}
+	if err := NewStdout(&b, false).Send(context.Background(), "t", nil, recs); err != nil || b.String() != "a\nb\nc\n" {
 		t.Errorf("raw: %q %v", b.String(), err)
 	}
 	b.Reset()
-	if err := NewStdout(&b, true).Send(context.Background(), "kolla.x", recs[:1]); err != nil || b.String() != `{"tag":"kolla.x","file":"/x.log","offset":4,"message":"a\nb"}`+"\n" {
+	if err := NewStdout(&b, true).Send(context.Background(), "kolla.x", nil, recs[:1]); err != nil || b.String() != `{"tag":"kolla.x","file":"/x.log","offset":4,"id":"1:2:ab","message":"a\nb"}`+"\n" {
 		t.Errorf("json: %q %v", b.String(), err)
+	}
+	// The fields as more keys, in their order; raw lines have no room
+	// for them.
+	b.Reset()
+	fields := map[string]string{"pod": "keystone-api-0", "namespace": "open\"stack"}
+	if err := NewStdout(&b, true).Send(context.Background(), "kolla.x", fields, recs[:1]); err != nil || b.String() != `{"tag":"kolla.x","file":"/x.log","offset":4,"id":"1:2:ab","message":"a\nb","namespace":"open\"stack","pod":"keystone-api-0"}`+"\n" {
+		t.Errorf("json with fields: %q %v", b.String(), err)
+	}
+	b.Reset()
+	if err := NewStdout(&b, false).Send(context.Background(), "t", fields, recs); err != nil || b.String() != "a\nb\nc\n" {
+		t.Errorf("raw with fields: %q %v", b.String(), err)
 	}
 }
