@@ -22,6 +22,7 @@ import (
 func TestMetricNamesLintedAndDocumented(t *testing.T) {
 	a := New(Options{Version: "test"})
 	a.metrics.restarts(func() int { return 0 })
+	newLogMetrics(a)
 	if _, err := probes.New(probes.Config{
 		Checks: []probes.Spec{{
 			Name: "heartbeat", Probes: []probes.Probe{probes.Readiness}, Period: time.Second, Timeout: time.Second,

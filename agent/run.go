@@ -220,9 +220,6 @@ func templateErr(p *Plan, err error) error {
 // service (or kolla's bootstrap/upgrade command) and return its exit code.
 func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, error) {
 	cfg := config0(p)
-	if err := logsNotYet(p); err != nil {
-		return 0, err
-	}
 	// With probes, the probe server answers from the start: liveness
 	// passes while the agent waits, readiness says for what.
 	var pr *probeRun
@@ -309,15 +306,6 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 	}
 	a.metrics.exitCode.Set(float64(code))
 	return code, nil
-}
-
-// logsNotYet refuses a logs: section: the shipper is being built, and a
-// section that silently ships nothing would lose the operator's logs.
-func logsNotYet(p *Plan) error {
-	if config0(p).Logs != nil {
-		return configErr("%s: logs: shipping log files is not in this version of the agent yet; remove the section", p.Source)
-	}
-	return nil
 }
 
 // forwarded are the signals the supervisor passes to the service as they

@@ -19,10 +19,10 @@ import (
 // and exits 0.
 func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 	cfg := config0(p)
-	if err := logsNotYet(p); err != nil {
-		return err
-	}
-	var pids *probes.Finder
+	// pids stays a nil interface without sidecar.process: a nil *Finder in
+	// it would pass every "is there a process" test and crash the checks.
+	var pids probes.PIDSource
+	var finder *probes.Finder
 	if m := cfg.Sidecar.Process; m.PIDFile != "" || m.Name != "" || m.Cmdline != "" {
 		f, err := probes.NewFinder(probes.FinderConfig{PIDFile: m.PIDFile, Name: m.Name, Cmdline: m.Cmdline, Root: a.opts.Root})
 		if err != nil {
@@ -30,7 +30,7 @@ func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 		}
 		a.log.Info("sidecar: looking for the service's process", "match", f.Describe())
 		a.metrics.restarts(f.Restarts)
-		pids = f
+		pids, finder = f, f
 	}
 	// The reload: the config another container's service reads (a shared
 	// volume), signalled or restarted through its found process.
@@ -47,10 +47,10 @@ func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 		return err
 	}
 	if rr != nil {
-		if pids == nil {
+		if finder == nil {
 			return configErr("%s: reload in sidecar mode needs sidecar.process, to find the service to signal", p.Source)
 		}
-		f := foundService{pids: pids, log: a.log}
+		f := foundService{pids: finder, log: a.log}
 		rr.signal, rr.restarter = f, f
 	}
 	_, err = a.steadyState(ctx, p, nil, nil, pids, probes.OSSpawner{}, os.Environ(), rr)

@@ -35,8 +35,9 @@ type service interface {
 //  1. readiness -> stopping (/readyz answers 503 at once; /livez stays 200)
 //  2. the reload, which could act on the service
 //  3. the service: SIGTERM, its grace period, then SIGKILL
-//  4. the checks, the bootstrap's later phases, the catalog
-//  5. the probe server, last, so probes answer through the whole stop.
+//  4. the log shipping, which drains what the service wrote last
+//  5. the checks, the bootstrap's later phases, the catalog
+//  6. the probe server, last, so probes answer through the whole stop.
 func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc service, pids probes.PIDSource, spawner probes.Spawner, env []string, rr *reloadRun) (int, error) {
 	sidecar := svc == nil
 	cfg := config0(p)
@@ -57,6 +58,10 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 	health, err := probes.New(probes.Config{Checks: specs, DrainFile: cfg.Probes.DrainFile, Logger: a.log, Registerer: a.registry})
 	if err != nil {
 		return 0, configErr("%s: %v", p.Source, err)
+	}
+	lr, err := a.newLogs(p)
+	if err != nil {
+		return 0, err
 	}
 	if pr == nil {
 		pr = a.startProbes(p)
@@ -114,7 +119,25 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		})
 	}
 
-	// 4. The checks, once the service has started (an exec check goes
+	// 4. Log shipping, from the start (the lines of the wait and the
+	// bootstrap too) until after the service has stopped: its interrupt
+	// comes after the service's, and drains what the service wrote last
+	// before the probe server goes.
+	if lr != nil {
+		lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		g.Add(func() error {
+			defer close(done)
+			a.sideDuty(lctx, "logs", lr.run)
+			lr.close()
+			return nil
+		}, func(error) {
+			lcancel()
+			<-done
+		})
+	}
+
+	// 5. The checks, once the service has started (an exec check goes
 	// through the service's reaper).
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	g.Add(func() error {
@@ -130,7 +153,7 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		return nil
 	}, func(error) { hcancel() })
 
-	// 5. The phases of the bootstrap that wait for the rollout (contract).
+	// 6. The phases of the bootstrap that wait for the rollout (contract).
 	if a.boot != nil && len(a.boot.steps(true)) > 0 {
 		rctx, rcancel := context.WithCancel(ctx)
 		g.Add(func() error {
@@ -140,7 +163,7 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		}, func(error) { rcancel() })
 	}
 
-	// 6. The Keystone catalog follows the public address.
+	// 7. The Keystone catalog follows the public address.
 	if cfg.Bootstrap.FollowsExposure() && svc != nil {
 		ectx, ecancel := context.WithCancel(ctx)
 		g.Add(func() error {
@@ -149,7 +172,7 @@ func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc serv
 		}, func(error) { ecancel() })
 	}
 
-	// 7. The probe server, already serving (startProbes), stopped last:
+	// 8. The probe server, already serving (startProbes), stopped last:
 	// run.Group calls the interrupts in this order, and the service's
 	// returns only once the service is gone. (With no listener configured
 	// pr has nothing to wait for: this actor still waits for the stop.)

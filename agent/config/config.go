@@ -333,7 +333,7 @@ func (c *Config) validateRun() error {
 	case "", "auto", "always":
 	case "never":
 		if c.SteadyState() {
-			return fmt.Errorf("run.supervise: \"never\" execs the service, but probes.checks or bootstrap phases after the rollout need the agent to stay beside it (use auto)")
+			return fmt.Errorf("run.supervise: \"never\" execs the service, but probes.checks, reload, logs or bootstrap phases after the rollout need the agent to stay beside it (use auto)")
 		}
 	default:
 		return fmt.Errorf("run.supervise: %q (want auto, always or never)", c.Run.Supervise)

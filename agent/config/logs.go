@@ -21,6 +21,10 @@ type Logs struct {
 	Rescan string `json:"rescan,omitempty"`
 	// MaxLineSize splits longer lines (never skipped); default 256 KiB.
 	MaxLineSize int `json:"maxLineSize,omitempty"`
+	// Drain bounds the last shipping pass when the agent stops, after the
+	// service has: what it wrote last is shipped; default 5s. The pod's
+	// terminationGracePeriodSeconds must cover run.grace plus this.
+	Drain string `json:"drain,omitempty"`
 	// Multiline groups a record's lines: oslo.log's tracebacks (lines with
 	// the same header) and unprefixed continuation lines by default.
 	Multiline Multiline `json:"multiline,omitempty"`
@@ -64,6 +68,7 @@ const (
 	DefaultLogsMaxLineSize = 256 << 10
 	DefaultLogsIdle        = time.Second
 	DefaultLogsAckTimeout  = 30 * time.Second
+	DefaultLogsDrain       = 5 * time.Second
 )
 
 var logTag = regexp.MustCompile(`^[A-Za-z0-9_][-A-Za-z0-9_.]*$`)
@@ -126,7 +131,7 @@ func (c *Config) validateLogs() error {
 	case s.TLS != nil && s.TLS.CAFile != "" && s.TLS.InsecureSkipVerify:
 		return fmt.Errorf("logs.sink.tls: caFile and insecureSkipVerify exclude each other")
 	}
-	for _, d := range []struct{ field, v string }{{"logs.rescan", l.Rescan}, {"logs.multiline.idle", l.Multiline.Idle}, {"logs.sink.ackTimeout", s.AckTimeout}} {
+	for _, d := range []struct{ field, v string }{{"logs.rescan", l.Rescan}, {"logs.drain", l.Drain}, {"logs.multiline.idle", l.Multiline.Idle}, {"logs.sink.ackTimeout", s.AckTimeout}} {
 		if _, err := parseDuration(d.field, d.v); err != nil {
 			return err
 		}
@@ -145,4 +150,32 @@ func (c *Config) validateLogs() error {
 		}
 	}
 	return nil
+}
+
+// RescanEvery is logs.rescan, defaulted.
+func (l *Logs) RescanEvery() time.Duration { return durationOr(l.Rescan, DefaultLogsRescan) }
+
+// IdleFlush is logs.multiline.idle, defaulted.
+func (l *Logs) IdleFlush() time.Duration { return durationOr(l.Multiline.Idle, DefaultLogsIdle) }
+
+// AckWait is logs.sink.ackTimeout, defaulted.
+func (l *Logs) AckWait() time.Duration { return durationOr(l.Sink.AckTimeout, DefaultLogsAckTimeout) }
+
+// DrainFor is logs.drain, defaulted.
+func (l *Logs) DrainFor() time.Duration { return durationOr(l.Drain, DefaultLogsDrain) }
+
+// StateDirOr is logs.stateDir, defaulted.
+func (l *Logs) StateDirOr() string {
+	if l.StateDir == "" {
+		return DefaultLogsStateDir
+	}
+	return l.StateDir
+}
+
+// durationOr is a validated duration, or def when unset.
+func durationOr(s string, def time.Duration) time.Duration {
+	if d, err := parseDuration("", s); err == nil && d > 0 {
+		return d
+	}
+	return def
 }

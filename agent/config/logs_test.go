@@ -47,6 +47,7 @@ func TestParseLogsBad(t *testing.T) {
 		{"bad ackTimeout", files + "  sink: {type: forward, address: \"127.0.0.1:24224\", ackTimeout: soon}\n", `logs.sink.ackTimeout: "soon" is not a duration`},
 		{"bad rescan", files + "  sink: {type: stdout}\n  rescan: -1s\n", "logs.rescan: negative duration"},
 		{"bad idle", files + "  sink: {type: stdout}\n  multiline: {idle: x}\n", `logs.multiline.idle: "x" is not a duration`},
+		{"bad drain", files + "  sink: {type: stdout}\n  drain: 5\n", `logs.drain: "5" is not a duration`},
 		{"bad firstLine", files + "  sink: {type: stdout}\n  multiline: {firstLine: \"(\"}\n", "logs.multiline.firstLine: error parsing regexp"},
 		{"relative stateDir", files + "  sink: {type: stdout}\n  stateDir: state\n", `logs.stateDir: "state" is not an absolute path`},
 		{"tiny maxLineSize", files + "  sink: {type: stdout}\n  maxLineSize: 10\n", "logs.maxLineSize: 10 (want at least 1024 bytes)"},

@@ -413,8 +413,8 @@ func (ch *Check) ProbeList() []string {
 
 // SteadyState reports whether any steady-state duty is configured (probes,
 // bootstrap phases after the rollout, a catalog that follows a Service's
-// public address), which makes `run` stay as the
+// public address, reload, log shipping), which makes `run` stay as the
 // service's parent in supervise: auto.
 func (c *Config) SteadyState() bool {
-	return len(c.Probes.Checks) > 0 || c.Bootstrap.HasLater() || c.Bootstrap.FollowsExposure() || c.Reload != nil
+	return len(c.Probes.Checks) > 0 || c.Bootstrap.HasLater() || c.Bootstrap.FollowsExposure() || c.Reload != nil || c.Logs != nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -573,4 +574,51 @@ func tail(path string, n int64) string {
 	}
 	b, _ := io.ReadAll(f)
 	return string(bytes.ToValidUTF8(b, []byte("?")))
+}
+
+// Clone copies the instance (config, database, keys) into dir, for a test
+// that damages it (a dropped table makes keystone log a traceback) without
+// touching the package's shared instance. No keystone may be writing to i
+// meanwhile.
+func (i *Instance) Clone(dir string) (*Instance, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Instance{
+		Dir:        dir,
+		ConfigFile: filepath.Join(dir, "keystone.conf"),
+		ConfigDir:  filepath.Join(dir, "keystone.conf.d"),
+		LogFile:    filepath.Join(dir, "log", "keystone.log"),
+		Processes:  i.Processes,
+	}
+	err = filepath.WalkDir(i.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(i.Dir, p)
+		to := filepath.Join(dir, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case p == i.ConfigFile || filepath.Dir(p) == filepath.Dir(i.LogFile):
+			return nil // written below; a fresh log
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, info.Mode().Perm())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("keystone: clone: %w", err)
+	}
+	if err := os.WriteFile(c.ConfigFile, []byte(c.config()), 0o644); err != nil {
+		return nil, err
+	}
+	return c, nil
 }

@@ -1,0 +1,167 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/logs"
+	"github.com/kolla-agent/kolla-agent/internal/certs"
+)
+
+// logsRun is the log-shipping duty of one `run` or `sidecar`: the sink,
+// built once and kept across the duty's restarts (a forward connection and
+// its chunks in flight), and the shipper's config.
+type logsRun struct {
+	cfg  logs.ShipperConfig
+	sink io.Closer // nil: nothing to close (stdout)
+}
+
+// newLogs builds the duty from the logs: section; nil without one. What the
+// section names but cannot be opened (a CA file) is a config error now,
+// before the service starts, not a duty failing later.
+func (a *Agent) newLogs(p *Plan) (*logsRun, error) {
+	lc := config0(p).Logs
+	if lc == nil {
+		return nil, nil
+	}
+	fields := map[string]string{}
+	for k, v := range map[string]string{"pod": p.PodName, "namespace": p.Namespace, "container": a.env("CONTAINER_NAME")} {
+		if v != "" {
+			fields[k] = v
+		}
+	}
+	obs := newLogMetrics(a)
+	lr := &logsRun{cfg: logs.ShipperConfig{
+		StateDir: a.path(lc.StateDirOr()),
+		MaxLine:  lc.MaxLineSize,
+		Idle:     lc.IdleFlush(),
+		Rescan:   lc.RescanEvery(),
+		Drain:    lc.DrainFor(),
+		Fields:   fields,
+		Logger:   a.log,
+		Observer: obs,
+	}}
+	for _, f := range lc.Files {
+		lr.cfg.Files = append(lr.cfg.Files, logs.FileSpec{Glob: a.path(f.Path), Exclude: f.Exclude, Tag: f.Tag})
+	}
+	if lc.Multiline.FirstLine != "" {
+		lr.cfg.FirstLine = regexp.MustCompile(lc.Multiline.FirstLine) // validated with the config
+	}
+	tlsConf, err := a.logsTLS(lc.Sink)
+	if err != nil {
+		return nil, configErr("%s: logs.sink.tls: %v", p.Source, err)
+	}
+	switch s := lc.Sink; s.Type {
+	case "forward":
+		// The forward client retries inside a Send until the ack: its
+		// outage is seen through OnHealth.
+		f, err := logs.NewForward(logs.ForwardConfig{Address: s.Address, SharedKey: s.SharedKey, SelfHostname: p.PodName, TLS: tlsConf, AckTimeout: lc.AckWait(), Logger: a.log,
+			OnHealth: func(err error) {
+				if err != nil {
+					obs.Failed(err)
+				} else {
+					obs.Recovered()
+				}
+			}})
+		if err != nil {
+			return nil, configErr("%s: logs.sink: %v", p.Source, err)
+		}
+		lr.cfg.Sink, lr.sink = &logs.ForwardSink{F: f}, f
+	case "syslog":
+		sl, err := logs.NewSyslog(logs.SyslogConfig{Address: s.Address, TLS: tlsConf, Hostname: p.PodName, Logger: a.log})
+		if err != nil {
+			return nil, configErr("%s: logs.sink: %v", p.Source, err)
+		}
+		lr.cfg.Sink, lr.sink = sl, sl
+	default: // stdout, as validated
+		lr.cfg.Sink = logs.NewStdout(os.Stdout, s.Format == "json")
+	}
+	return lr, nil
+}
+
+// logsTLS is the sink's TLS config; nil for plain TCP.
+func (a *Agent) logsTLS(s config.LogSink) (*tls.Config, error) {
+	if s.TLS == nil {
+		return nil, nil
+	}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.TLS.InsecureSkipVerify}
+	if s.TLS.CAFile != "" {
+		pool, err := certs.Pool(a.path(s.TLS.CAFile))
+		if err != nil {
+			return nil, fmt.Errorf("caFile: %w", err)
+		}
+		c.RootCAs = pool
+	}
+	return c, nil
+}
+
+// run ships until ctx ends, then drains: what the service wrote last is
+// shipped before the agent exits (bounded by the shipper's Drain). A failed
+// shipper (its state directory unwritable) is a side duty's failure,
+// started again with backoff from the committed offsets.
+func (lr *logsRun) run(ctx context.Context) error {
+	sh, err := logs.NewShipper(lr.cfg)
+	if err != nil {
+		return err
+	}
+	return sh.Run(ctx)
+}
+
+func (lr *logsRun) close() {
+	if lr.sink != nil {
+		lr.sink.Close()
+	}
+}
+
+// logMetrics counts what the shipper delivers and shows a failing sink as
+// the duty's degradation in ?verbose (the service is not affected).
+type logMetrics struct {
+	a                  *Agent
+	records, byteCount prometheus.Counter
+	failures           prometheus.Counter
+}
+
+func newLogMetrics(a *Agent) *logMetrics {
+	m := &logMetrics{
+		a: a,
+		records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kolla_agent_log_records_total",
+			Help: "Log records the sink acknowledged (a traceback is one record).",
+		}),
+		byteCount: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kolla_agent_log_bytes_total",
+			Help: "Bytes of log records the sink acknowledged.",
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kolla_agent_log_failures_total",
+			Help: "Failed attempts to ship logs (the sink, reading a file, saving the offsets); the records stay in the files and are shipped again.",
+		}),
+	}
+	a.registry.MustRegister(m.records, m.byteCount, m.failures)
+	return m
+}
+
+func (m *logMetrics) Shipped(_ string, records, bytes int) {
+	m.records.Add(float64(records))
+	m.byteCount.Add(float64(bytes))
+}
+
+func (m *logMetrics) Failed(err error) {
+	m.failures.Inc()
+	if h := m.a.health.Load(); h != nil {
+		h.SetDegraded("logs", "shipping fails: "+err.Error())
+	}
+}
+
+func (m *logMetrics) Recovered() {
+	if h := m.a.health.Load(); h != nil {
+		h.SetDegraded("logs", "")
+	}
+}
