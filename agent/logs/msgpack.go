@@ -1,8 +1,11 @@
 package logs
 
 // The small subset of MessagePack (github.com/msgpack/msgpack/blob/master/spec.md)
-// the Fluent forward protocol needs, written by hand: a msgpack library would
-// cost the binary more than the whole client.
+// the Fluent forward protocol needs, written by hand: linking
+// github.com/tinylib/msgp v1.6.5 for the same few appends and reads added
+// 102 KB to the stripped agent (measured; vmihailenco/msgpack/v5 costs four
+// times that standalone), about twice the whole forward client, with the
+// binary 130 KB under its 20 MB budget.
 
 import (
 	"encoding/binary"
