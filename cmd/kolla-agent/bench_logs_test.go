@@ -17,10 +17,7 @@ import (
 // the same run. fluent-bit is quoted at 0.19 vCPU for that rate.
 func BenchmarkLogsCPUPer10kLines(b *testing.B) {
 	srv := forwardserver.Start(b, forwardserver.Options{})
-	dir := filepath.Join(b.TempDir(), "nova")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
+	dir := logDir(b, "nova")
 	w, err := os.OpenFile(filepath.Join(dir, "nova-conductor.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		b.Fatal(err)

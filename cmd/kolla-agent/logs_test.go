@@ -99,10 +99,7 @@ func (s shipped) dups() int {
 // failing receiver shows as a degraded duty, never as an unready pod.
 func TestLogsShippedThroughFaults(t *testing.T) {
 	srv := forwardserver.Start(t, forwardserver.Options{})
-	dir := filepath.Join(t.TempDir(), "keystone")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := logDir(t, "keystone")
 	port := freePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	cfg := agentYAML(t, fmt.Sprintf(`
@@ -303,10 +300,7 @@ logs:
 // bytes), one shorter than the identity's fingerprint.
 func TestLogsManyFilesLongLineBytes(t *testing.T) {
 	srv := forwardserver.Start(t, forwardserver.Options{})
-	dir := filepath.Join(t.TempDir(), "nova")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := logDir(t, "nova")
 	cfg := agentYAML(t, fmt.Sprintf(`
 logs:
   files: [{path: %s/*.log}]
@@ -374,10 +368,7 @@ logs:
 // receiver is back every line arrives.
 func TestLogsMemoryBoundedWhileReceiverDown(t *testing.T) {
 	srv := forwardserver.Start(t, forwardserver.Options{})
-	dir := filepath.Join(t.TempDir(), "glance")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := logDir(t, "glance")
 	cfg := agentYAML(t, fmt.Sprintf(`
 logs:
   files: [{path: %s/*.log}]
@@ -415,6 +406,16 @@ logs:
 	if got := collect(t, recs); len(got.seen) != n {
 		t.Errorf("%d of %d lines after the outage", len(got.seen), n)
 	}
+}
+
+// logDir is a new directory of log files named like a kolla service's.
+func logDir(t testing.TB, service string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), service)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func write(t *testing.T, path, s string) {
@@ -468,10 +469,7 @@ logs:
 // pattern, so `kubectl logs` of the sidecar shows the service's file as
 // JSON lines tagged with the file, the offset and the pod.
 func TestLogsSidecarStdout(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "glance")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := logDir(t, "glance")
 	write(t, filepath.Join(dir, "glance-api.log"), osloLine(1)+osloLine(2))
 	cfg := agentYAML(t, fmt.Sprintf(`
 logs:

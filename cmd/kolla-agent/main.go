@@ -61,7 +61,7 @@ Commands:
   bootstrap -- CMD...  the bootstrap Job's container: run CMD, pass its output
                        through, exit with its code; on failure write the
                        reason and the last output to the termination message
-  sidecar              serve probes (and later logs, reload) for a service that
+  sidecar              serve probes, reload and ship logs for a service that
                        another container of the pod runs, found in the shared
                        PID namespace by sidecar.process; runs until SIGTERM
   probe startup|readiness|liveness [--socket PATH] [--verbose]
@@ -177,7 +177,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	case "sidecar":
 		fs.Usage = func() {
-			fmt.Fprint(stderr, "Usage: kolla-agent sidecar [flags]\n\nServes the probes of agent.yaml for a service another container runs; runs until SIGTERM.\n\n")
+			fmt.Fprint(stderr, "Usage: kolla-agent sidecar [flags]\n\nServes the probes, reload and log shipping of agent.yaml for a service another container runs; runs until SIGTERM.\n\n")
 			fs.PrintDefaults()
 		}
 	case "":
