@@ -2,10 +2,8 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,21 +24,9 @@ func childOf(t testing.TB, pid int) int {
 	t.Helper()
 	var found int
 	eventually(t, "the agent's child", func() bool {
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			n, err := strconv.Atoi(e.Name())
-			if err != nil {
-				continue
-			}
-			b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-			if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-				found = n
-				return true
-			}
+		if cs := childrenOf(pid); len(cs) > 0 {
+			found = cs[0]
+			return true
 		}
 		return false
 	})

@@ -42,7 +42,6 @@
 package forwardserver
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -55,7 +54,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/big"
 	"net"
@@ -403,37 +401,17 @@ func (s *Server) count() (int, error) {
 // load parses the lines added to Output since the last call into s.recs.
 // The caller holds readMu.
 func (s *Server) load() error {
-	f, err := os.Open(s.Output)
-	if err != nil {
-		return fmt.Errorf("forwardserver: %w", err)
-	}
-	defer f.Close()
-	if _, err := f.Seek(s.read, io.SeekStart); err != nil {
-		return fmt.Errorf("forwardserver: %w", err)
-	}
-	r := bufio.NewReaderSize(f, 256<<10)
-	for {
-		b, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A line longer than the buffer: read it whole (b is only
-			// valid until the next read).
-			head := bytes.Clone(b)
-			var rest []byte
-			rest, err = r.ReadBytes('\n')
-			b = append(head, rest...)
-		}
-		if errors.Is(err, io.EOF) {
-			break // a last line without newline is still being written
-		}
-		if err != nil {
-			return fmt.Errorf("forwardserver: %s: %w", s.Output, err)
-		}
+	var err error
+	s.read, err = proc.NewLines(s.Output, s.read, func(b []byte) error {
 		rec, err := parseLine(b)
 		if err != nil {
-			return fmt.Errorf("forwardserver: %s:%d: %w", s.Output, len(s.recs)+1, err)
+			return fmt.Errorf("%s:%d: %w", s.Output, len(s.recs)+1, err)
 		}
 		s.recs = append(s.recs, rec)
-		s.read += int64(len(b))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("forwardserver: %w", err)
 	}
 	return nil
 }

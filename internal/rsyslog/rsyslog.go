@@ -55,8 +55,6 @@
 package rsyslog
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -67,7 +65,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"os"
@@ -465,59 +462,14 @@ func freePort() (int, error) {
 // pid: false when there is none yet, an error wrapping errPortClash when one
 // belongs to another process.
 func ownsListener(pid, port int) (bool, error) {
-	var inodes []string
-	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		in, err := listenerInodes(table, port)
-		if err != nil {
-			return false, err
-		}
-		inodes = append(inodes, in...)
-	}
-	if len(inodes) == 0 {
-		return false, nil
-	}
-	fdDir := "/proc/" + strconv.Itoa(pid) + "/fd"
-	fds, err := os.ReadDir(fdDir)
-	if err != nil {
+	all, foreign, err := proc.PortSockets(pid, port, false)
+	switch {
+	case err != nil || len(all) == 0:
 		return false, err
-	}
-	own := map[string]bool{}
-	for _, fd := range fds {
-		if l, err := os.Readlink(filepath.Join(fdDir, fd.Name())); err == nil {
-			own[l] = true
-		}
-	}
-	for _, in := range inodes {
-		if !own["socket:["+in+"]"] {
-			return false, fmt.Errorf("%w: another process listens on port %d (socket inode %s)", errPortClash, port, in)
-		}
+	case len(foreign) > 0:
+		return false, fmt.Errorf("%w: another process listens on port %d (socket inode %s)", errPortClash, port, foreign[0])
 	}
 	return true, nil
-}
-
-// listenerInodes lists the inodes of the TCP sockets listening on port in
-// one /proc/net table.
-func listenerInodes(table string, port int) ([]string, error) {
-	f, err := os.Open(table)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil // no IPv6
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	want := fmt.Sprintf(":%04X", port)
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Scan() // header
-	for sc.Scan() {
-		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-		fs := strings.Fields(sc.Text())
-		if len(fs) >= 10 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" { // TCP_LISTEN
-			out = append(out, fs[9])
-		}
-	}
-	return out, sc.Err()
 }
 
 // Kill SIGKILLs rsyslogd and waits until it is gone, for fault tests: the
@@ -608,37 +560,17 @@ func (s *Server) Messages() ([]Message, error) {
 // load parses the lines added to Output since the last call into s.msgs.
 // The caller holds readMu.
 func (s *Server) load() error {
-	f, err := os.Open(s.Output)
-	if err != nil {
-		return fmt.Errorf("rsyslog: %w", err)
-	}
-	defer f.Close()
-	if _, err := f.Seek(s.read, io.SeekStart); err != nil {
-		return fmt.Errorf("rsyslog: %w", err)
-	}
-	r := bufio.NewReaderSize(f, 256<<10)
-	for {
-		b, err := r.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A line longer than the buffer: read it whole (b is only
-			// valid until the next read).
-			head := bytes.Clone(b)
-			var rest []byte
-			rest, err = r.ReadBytes('\n')
-			b = append(head, rest...)
-		}
-		if errors.Is(err, io.EOF) {
-			break // a last line without newline is still being written
-		}
-		if err != nil {
-			return fmt.Errorf("rsyslog: %s: %w", s.Output, err)
-		}
+	var err error
+	s.read, err = proc.NewLines(s.Output, s.read, func(b []byte) error {
 		m, err := parseLine(b)
 		if err != nil {
-			return fmt.Errorf("rsyslog: %s:%d: %w: %q", s.Output, len(s.msgs)+1, err, b)
+			return fmt.Errorf("%s:%d: %w: %q", s.Output, len(s.msgs)+1, err, b)
 		}
 		s.msgs = append(s.msgs, m)
-		s.read += int64(len(b))
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("rsyslog: %w", err)
 	}
 	return nil
 }

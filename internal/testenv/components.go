@@ -1,14 +1,12 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -261,68 +259,12 @@ func (e *Env) get(ctx context.Context, url, want string) error {
 }
 
 // ownsPort checks that every UDP socket and listening TCP socket on port
-// belongs to pid, by matching socket inodes in /proc/net with pid's fds. No
-// socket at all is fine: pid has not bound yet. A foreign socket is a
-// port clash.
+// belongs to pid. No socket at all is fine: pid has not bound yet. A
+// foreign socket is a port clash.
 func ownsPort(pid, port int) error {
-	var inodes []string
-	for _, f := range []string{"/proc/net/udp", "/proc/net/udp6", "/proc/net/tcp", "/proc/net/tcp6"} {
-		in, err := socketInodes(f, port, strings.HasPrefix(filepath.Base(f), "tcp"))
-		if err != nil {
-			return err
-		}
-		inodes = append(inodes, in...)
-	}
-	if len(inodes) == 0 {
-		return nil
-	}
-	fds, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
-	if err != nil {
+	_, foreign, err := proc.PortSockets(pid, port, true)
+	if err != nil || len(foreign) == 0 {
 		return err
 	}
-	own := map[string]bool{}
-	for _, fd := range fds {
-		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); err == nil {
-			own[l] = true
-		}
-	}
-	for _, in := range inodes {
-		if !own["socket:["+in+"]"] {
-			return fmt.Errorf("%w: coredns: another process also has port %d (socket inode %s)", errPortClash, port, in)
-		}
-	}
-	return nil
-}
-
-// socketInodes lists the inodes of the sockets bound to port in one
-// /proc/net table: for TCP only listeners, for UDP only unconnected sockets
-// (a client's ephemeral port may equal ours on another address).
-func socketInodes(table string, port int, tcp bool) ([]string, error) {
-	f, err := os.Open(table)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil // no IPv6
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	want := fmt.Sprintf(":%04X", port)
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Scan() // header
-	for sc.Scan() {
-		// sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 10 || !strings.HasSuffix(fs[1], want) {
-			continue
-		}
-		if tcp && fs[3] != "0A" { // TCP_LISTEN
-			continue
-		}
-		if !tcp && !strings.HasSuffix(fs[2], ":0000") {
-			continue
-		}
-		out = append(out, fs[9])
-	}
-	return out, sc.Err()
+	return fmt.Errorf("%w: coredns: another process also has port %d (socket inode %s)", errPortClash, port, foreign[0])
 }
