@@ -197,18 +197,15 @@ func (s *Shipper) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.cfg.Idle / 2)
 	defer tick.Stop()
 	backoff := 100 * time.Millisecond
-	for {
+	for ctx.Err() == nil {
 		err := s.pass(ctx, false)
 		if ctx.Err() != nil {
-			s.drain(ctx)
-			return nil
+			break
 		}
 		if err != nil {
 			s.failed(err, backoff)
 			select {
 			case <-ctx.Done():
-				s.drain(ctx)
-				return nil
 			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 10*time.Second)
@@ -218,8 +215,6 @@ func (s *Shipper) Run(ctx context.Context) error {
 		backoff = 100 * time.Millisecond
 		select {
 		case <-ctx.Done():
-			s.drain(ctx)
-			return nil
 		case ev := <-w.Events:
 			if ev.Has(fsnotify.Create) {
 				s.follow(ev.Name) // a new file, at once (nil if no glob matches it)
@@ -236,6 +231,8 @@ func (s *Shipper) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 	}
+	s.drain(ctx)
+	return nil
 }
 
 // drain is the last pass, once parent has ended: bounded by Drain,
@@ -253,18 +250,18 @@ func (s *Shipper) drain(parent context.Context) {
 			s.succeeded()
 			return
 		}
+		if ctx.Err() == nil {
+			s.failed(err, backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
+		}
 		if ctx.Err() != nil {
 			s.log.Warn("logs: stopping with records not shipped; the next start ships them", "error", err.Error(), "drain", s.cfg.Drain.String())
 			return
 		}
-		s.failed(err, backoff)
-		select {
-		case <-ctx.Done():
-			s.log.Warn("logs: stopping with records not shipped; the next start ships them", "error", err.Error(), "drain", s.cfg.Drain.String())
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
 	}
 }
 
