@@ -58,14 +58,16 @@ func JobName(prefix string, s Step, attempt int) string {
 		v = hex.EncodeToString(sum[:])[:10]
 	}
 	tail := "-" + v
-	if s.Phase != "" {
-		tail = "-" + s.Phase + tail
-	}
 	if attempt > 0 {
 		tail += "-r" + strconv.Itoa(attempt)
 	}
+	// A phase too long to leave room for a character of the prefix is cut
+	// too: the version and the attempt are what tell Jobs apart.
+	if phase := s.Phase[:min(len(s.Phase), max(0, maxName-2-len(tail)))]; strings.TrimRight(phase, "-") != "" {
+		tail = "-" + strings.TrimRight(phase, "-") + tail
+	}
 	if len(prefix)+len(tail) > maxName {
-		prefix = prefix[:maxName-len(tail)]
+		prefix = prefix[:max(0, maxName-len(tail))]
 		for len(prefix) > 0 && prefix[len(prefix)-1] == '-' {
 			prefix = prefix[:len(prefix)-1]
 		}
