@@ -5,6 +5,7 @@ import (
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,7 +47,8 @@ type Bootstrap struct {
 	// the pod's images and the inputs (lease); of the Jobs' names, the
 	// pod's images and the inputs (wait).
 	Version string `json:"version,omitempty"`
-	Timeout string `json:"timeout,omitempty"` // default 10m
+	// Timeout bounds the whole bootstrap; default 10m.
+	Timeout string `json:"timeout,omitempty"`
 
 	// Jobs are what wait mode waits for: Job names or k=v,... label sets.
 	Jobs []string `json:"jobs,omitempty"`
@@ -80,10 +82,14 @@ type Endpoints struct {
 	// Credentials is the directory of a mounted Secret with OS_AUTH_URL,
 	// OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME (and the domains).
 	Credentials string `json:"credentials"`
-	Type        string `json:"type"` // the catalog's service type: image, identity, ...
-	Name        string `json:"name"` // glance, keystone, ...
+	// Type is the catalog's service type: image, identity, ...
+	Type string `json:"type"`
+	// Name is the service's name in the catalog: glance, keystone, ...
+	Name string `json:"name"`
+	// Description of the service in the catalog.
 	Description string `json:"description,omitempty"`
-	Region      string `json:"region,omitempty"`
+	// Region of the endpoints (RegionOne, ...).
+	Region string `json:"region,omitempty"`
 	// Public is where users reach the service (its Service's exposure);
 	// Internal and Admin default to the Service's cluster URL.
 	Public   *EndpointURL `json:"public,omitempty"`
@@ -94,13 +100,19 @@ type Endpoints struct {
 // EndpointURL is one interface's URL: a Service (NAME or NAME.NAMESPACE)
 // and a path, or a URL as it is.
 type EndpointURL struct {
+	// Service is the Service whose address the URL follows (NAME or
+	// NAME.NAMESPACE).
 	Service string `json:"service,omitempty"`
-	Path    string `json:"path,omitempty"`
-	URL     string `json:"url,omitempty"`
+	// Path is appended to the Service's URL; it starts with /.
+	Path string `json:"path,omitempty"`
+	// URL is the endpoint as it is, instead of a Service's.
+	URL string `json:"url,omitempty"`
 }
 
 // Phase is one step of an upgrade.
 type Phase struct {
+	// Name of the phase, a DNS label of at most 20 characters (expand,
+	// migrate, contract, ...); it is part of the Job's name.
 	Name string `json:"name"`
 	// Command: lease mode runs it; create mode's template sees it as
 	// .Bootstrap.Command.
@@ -177,172 +189,180 @@ func (b *Bootstrap) WaitJobs() ([]discovery.Dependency, error) {
 	return deps, nil
 }
 
-func (c *Config) validateBootstrap() error {
+// bootstrapModes are what bootstrap.mode takes.
+var bootstrapModes = []string{BootstrapCreate, BootstrapWait, BootstrapLease}
+
+func (c *Config) validateBootstrap(e *problems) {
 	b := &c.Bootstrap
-	if err := b.validateEndpoints(); err != nil {
-		return err
-	}
+	b.validateEndpoints(e)
 	if b.Mode == "" {
 		// endpoints alone need no mode: the catalog is kept by every replica
-		if !reflect.DeepEqual(Bootstrap{Endpoints: b.Endpoints}, *b) {
-			return fmt.Errorf("bootstrap.mode: empty (want create, wait or lease)")
+		if reflect.DeepEqual(Bootstrap{Endpoints: b.Endpoints}, *b) {
+			return
 		}
-		return nil
+		e.add("bootstrap.mode: empty (want %s)", oneOf(bootstrapModes))
+	} else if !slices.Contains(bootstrapModes, b.Mode) {
+		e.add("bootstrap.mode: %q (want %s)", b.Mode, oneOf(bootstrapModes))
 	}
+	// What does not depend on the mode, checked whatever it is.
 	switch {
-	case b.Mode != BootstrapCreate && b.Mode != BootstrapWait && b.Mode != BootstrapLease:
-		return fmt.Errorf("bootstrap.mode: %q (want create, wait or lease)", b.Mode)
-	case b.Name == "":
-		return fmt.Errorf("bootstrap.name: empty (it names the Job, the Lease and the record)")
-	case len(b.Name) > maxBootstrapName || !dnsLabel.MatchString(b.Name):
-		return fmt.Errorf("bootstrap.name: %q is not a DNS label (lower case letters, digits and '-', at most 63)", b.Name)
-	case b.Version != "" && (len(b.Version) > 63 || !labelValue.MatchString(b.Version)):
-		return fmt.Errorf("bootstrap.version: %q is not a label value (letters, digits, '-', '_', '.', at most 63)", b.Version)
-	case b.Retries < 0 || b.Retries > 10:
-		return fmt.Errorf("bootstrap.retries: %d (want 0 to 10)", b.Retries)
+	case b.Name == "" && b.Mode != "":
+		e.add("bootstrap.name: empty (it names the Job, the Lease and the record)")
+	case b.Name != "" && (len(b.Name) > maxBootstrapName || !dnsLabel.MatchString(b.Name)):
+		e.add("bootstrap.name: %q is not a DNS label (lower case letters, digits and '-', at most 63)", b.Name)
 	}
-	for _, f := range []struct{ name, v string }{{"timeout", b.Timeout}, {"leaseDuration", b.LeaseDuration}} {
-		if _, err := parseDuration("bootstrap."+f.name, f.v); err != nil {
-			return err
-		}
+	if b.Version != "" && (len(b.Version) > 63 || !labelValue.MatchString(b.Version)) {
+		e.add("bootstrap.version: %q is not a label value (letters, digits, '-', '_', '.', at most 63)", b.Version)
 	}
-	if d, _ := parseDuration("", b.LeaseDuration); d != 0 && d < 2*time.Second {
-		return fmt.Errorf("bootstrap.leaseDuration: %s is too short to renew (at least 2s)", b.LeaseDuration)
+	if b.Retries < 0 || b.Retries > 10 {
+		e.add("bootstrap.retries: %d (want 0 to 10)", b.Retries)
+	}
+	_, err := parseDuration("bootstrap.timeout", b.Timeout)
+	e.addErr(err)
+	if d, err := parseDuration("bootstrap.leaseDuration", b.LeaseDuration); err != nil {
+		e.addErr(err)
+	} else if d != 0 && d < 2*time.Second {
+		e.add("bootstrap.leaseDuration: %s is too short to renew (at least 2s)", b.LeaseDuration)
 	}
 	for i, p := range b.Inputs {
 		if !path.IsAbs(p) {
-			return fmt.Errorf("bootstrap.inputs[%d]: %q is not an absolute path", i, p)
+			e.add("bootstrap.inputs[%d]: %q is not an absolute path", i, p)
 		}
 	}
 	for i, code := range b.PermanentExitCodes {
 		if code < 1 || code > 255 {
-			return fmt.Errorf("bootstrap.permanentExitCodes[%d]: %d (want 1 to 255: exit code 0 is success)", i, code)
+			e.add("bootstrap.permanentExitCodes[%d]: %d (want 1 to 255: exit code 0 is success)", i, code)
 		}
 	}
-	if err := b.validatePhases(); err != nil {
-		return err
-	}
-	if err := b.validateOwner(); err != nil {
-		return err
-	}
+	b.validatePhases(e)
+	b.validateOwner(e)
 	switch b.Mode {
 	case BootstrapCreate:
-		if b.Job == "" {
-			return fmt.Errorf("bootstrap.job: empty (create mode needs the Job's template)")
-		}
-		if !path.IsAbs(b.Job) {
-			return fmt.Errorf("bootstrap.job: %q is not an absolute path", b.Job)
+		switch {
+		case b.Job == "":
+			e.add("bootstrap.job: empty (create mode needs the Job's template)")
+		case !path.IsAbs(b.Job):
+			e.add("bootstrap.job: %q is not an absolute path", b.Job)
 		}
 		if len(b.Jobs) > 0 {
-			return fmt.Errorf("bootstrap.jobs: only for wait mode (create mode names its Job itself)")
+			e.add("bootstrap.jobs: only for wait mode (create mode names its Job itself)")
 		}
 	case BootstrapLease:
 		if b.Job != "" {
-			return fmt.Errorf("bootstrap.job: lease mode runs bootstrap.command in the pod, not a Job")
+			e.add("bootstrap.job: lease mode runs bootstrap.command in the pod, not a Job")
 		}
 		if len(b.Jobs) > 0 {
-			return fmt.Errorf("bootstrap.jobs: only for wait mode (lease mode runs bootstrap.command in the pod)")
+			e.add("bootstrap.jobs: only for wait mode (lease mode runs bootstrap.command in the pod)")
 		}
 		if b.Command == "" && len(b.Phases) == 0 {
-			return fmt.Errorf("bootstrap.command: empty (lease mode runs it)")
+			e.add("bootstrap.command: empty (lease mode runs it)")
 		}
 		if _, err := splitWords(b.Command); b.Command != "" && err != nil {
-			return fmt.Errorf("bootstrap.command: %q: %v", b.Command, err)
+			e.add("bootstrap.command: %q: %v", b.Command, err)
 		}
 		if b.Retries != 0 || len(b.PermanentExitCodes) > 0 {
-			return fmt.Errorf("bootstrap.retries and permanentExitCodes: only for create mode (lease mode retries by handing the Lease over)")
+			e.add("bootstrap.retries and permanentExitCodes: only for create mode (lease mode retries by handing the Lease over)")
 		}
 	case BootstrapWait:
 		if len(b.Jobs) == 0 {
-			return fmt.Errorf("bootstrap.jobs: empty (wait mode waits for Jobs by name or by labels)")
+			e.add("bootstrap.jobs: empty (wait mode waits for Jobs by name or by labels)")
 		}
 		if b.Job != "" || b.Command != "" || len(b.Phases) > 0 {
-			return fmt.Errorf("bootstrap.job, command and phases: not for wait mode (another tool creates the Jobs)")
+			e.add("bootstrap.job, command and phases: not for wait mode (another tool creates the Jobs)")
 		}
-		if _, err := b.WaitJobs(); err != nil {
-			return err
+		for i, j := range b.Jobs {
+			if _, err := discovery.Parse("job:" + j); err != nil {
+				e.add("bootstrap.jobs[%d]: %q: %v", i, j, err)
+			}
 		}
 	}
-	return nil
 }
 
 var serviceRef = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`)
 
-func (b *Bootstrap) validateEndpoints() error {
-	e := b.Endpoints
-	if e == nil {
-		return nil
+func (b *Bootstrap) validateEndpoints(e *problems) {
+	ep := b.Endpoints
+	if ep == nil {
+		return
 	}
 	switch {
-	case e.Credentials == "":
-		return fmt.Errorf("bootstrap.endpoints.credentials: empty (the directory of the Secret with OS_AUTH_URL, OS_USERNAME, ...)")
-	case !path.IsAbs(e.Credentials):
-		return fmt.Errorf("bootstrap.endpoints.credentials: %q is not an absolute path", e.Credentials)
-	case e.Type == "":
-		return fmt.Errorf("bootstrap.endpoints.type: empty (the catalog's service type: image, identity, ...)")
-	case e.Name == "":
-		return fmt.Errorf("bootstrap.endpoints.name: empty")
-	case e.Public == nil && e.Internal == nil && e.Admin == nil:
-		return fmt.Errorf("bootstrap.endpoints: no public, internal or admin endpoint")
+	case ep.Credentials == "":
+		e.add("bootstrap.endpoints.credentials: empty (the directory of the Secret with OS_AUTH_URL, OS_USERNAME, ...)")
+	case !path.IsAbs(ep.Credentials):
+		e.add("bootstrap.endpoints.credentials: %q is not an absolute path", ep.Credentials)
+	}
+	if ep.Type == "" {
+		e.add("bootstrap.endpoints.type: empty (the catalog's service type: image, identity, ...)")
+	}
+	if ep.Name == "" {
+		e.add("bootstrap.endpoints.name: empty")
+	}
+	if ep.Public == nil && ep.Internal == nil && ep.Admin == nil {
+		e.add("bootstrap.endpoints: no public, internal or admin endpoint")
 	}
 	for _, f := range []struct {
 		name string
 		u    *EndpointURL
-	}{{"public", e.Public}, {"internal", e.Internal}, {"admin", e.Admin}} {
-		if f.u == nil {
+	}{{"public", ep.Public}, {"internal", ep.Internal}, {"admin", ep.Admin}} {
+		u := f.u
+		if u == nil {
 			continue
 		}
 		field := "bootstrap.endpoints." + f.name
+		if (u.Service == "") == (u.URL == "") {
+			e.add("%s: give one of service and url", field)
+		}
+		if u.Service != "" && !serviceRef.MatchString(u.Service) {
+			e.add("%s.service: %q (want NAME or NAME.NAMESPACE)", field, u.Service)
+		}
+		if u.URL != "" && !strings.HasPrefix(u.URL, "http://") && !strings.HasPrefix(u.URL, "https://") {
+			e.add("%s.url: %q is not an http(s) URL", field, u.URL)
+		}
 		switch {
-		case (f.u.Service == "") == (f.u.URL == ""):
-			return fmt.Errorf("%s: give one of service and url", field)
-		case f.u.Service != "" && !serviceRef.MatchString(f.u.Service):
-			return fmt.Errorf("%s.service: %q (want NAME or NAME.NAMESPACE)", field, f.u.Service)
-		case f.u.URL != "" && f.u.Path != "":
-			return fmt.Errorf("%s.path: only with service (put the path in the url)", field)
-		case f.u.URL != "" && !strings.HasPrefix(f.u.URL, "http://") && !strings.HasPrefix(f.u.URL, "https://"):
-			return fmt.Errorf("%s.url: %q is not an http(s) URL", field, f.u.URL)
-		case f.u.Path != "" && !strings.HasPrefix(f.u.Path, "/"):
-			return fmt.Errorf("%s.path: %q does not start with /", field, f.u.Path)
+		case u.URL != "" && u.Path != "":
+			e.add("%s.path: only with service (put the path in the url)", field)
+		case u.Path != "" && !strings.HasPrefix(u.Path, "/"):
+			e.add("%s.path: %q does not start with /", field, u.Path)
 		}
 	}
-	return nil
 }
 
-func (b *Bootstrap) validatePhases() error {
+func (b *Bootstrap) validatePhases(e *problems) {
 	seen := map[string]bool{}
 	later := false
 	for i, p := range b.Phases {
 		f := fmt.Sprintf("bootstrap.phases[%d]", i)
 		switch {
 		case p.Name == "":
-			return fmt.Errorf("%s.name: empty", f)
+			e.add("%s.name: empty", f)
 		case len(p.Name) > 20 || !dnsLabel.MatchString(p.Name):
-			return fmt.Errorf("%s.name: %q is not a short DNS label (at most 20)", f, p.Name)
+			e.add("%s.name: %q is not a short DNS label (at most 20)", f, p.Name)
 		case seen[p.Name]:
-			return fmt.Errorf("%s.name: %q appears twice", f, p.Name)
-		case b.Mode == BootstrapLease && p.Command == "" && b.Command == "":
-			return fmt.Errorf("%s.command: empty (lease mode runs it)", f)
-		case later && !p.Later():
-			return fmt.Errorf("%s: %q runs before the rollout but comes after a phase that waits for it", f, p.Name)
+			e.add("%s.name: %q appears twice", f, p.Name)
+		default:
+			seen[p.Name] = true
+		}
+		if b.Mode == BootstrapLease && p.Command == "" && b.Command == "" {
+			e.add("%s.command: empty (lease mode runs it)", f)
+		}
+		if later && !p.Later() {
+			e.add("%s: %q runs before the rollout but comes after a phase that waits for it", f, p.Name)
 		}
 		if _, err := splitWords(p.Command); p.Command != "" && err != nil {
-			return fmt.Errorf("%s.command: %q: %v", f, p.Command, err)
+			e.add("%s.command: %q: %v", f, p.Command, err)
 		}
-		seen[p.Name], later = true, later || p.Later()
+		later = later || p.Later()
 	}
-	return nil
 }
 
-func (b *Bootstrap) validateOwner() error {
+func (b *Bootstrap) validateOwner(e *problems) {
 	if b.Owner == "" {
-		return nil
+		return
 	}
 	kind, name, ok := strings.Cut(b.Owner, "/")
 	if !ok || (kind != "deployment" && kind != "statefulset") || len(name) > 253 || !subdomain.MatchString(name) {
-		return fmt.Errorf("bootstrap.owner: %q (want deployment/NAME or statefulset/NAME)", b.Owner)
+		e.add("bootstrap.owner: %q (want deployment/NAME or statefulset/NAME)", b.Owner)
 	}
-	return nil
 }
 
 // OwnerRef splits bootstrap.owner.

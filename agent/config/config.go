@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/google/shlex"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
 	"github.com/kolla-agent/kolla-agent/probes/ask"
@@ -35,7 +34,7 @@ type Config struct {
 	// Namespace overrides the agent's own namespace (else NAMESPACE,
 	// POD_NAMESPACE, or the service account's).
 	Namespace string `json:"namespace,omitempty"`
-	// Dependencies to wait for before anything else.
+	// Dependencies to wait for before anything else, and for how long.
 	Dependencies Dependencies `json:"dependencies,omitempty"`
 	// TerminationMessagePath receives the reason the agent stopped the pod.
 	TerminationMessagePath string `json:"terminationMessagePath,omitempty"`
@@ -68,18 +67,25 @@ type Config struct {
 // Service's annotations or the cluster say (a NodePort Service behind a
 // host keeps its nodePort).
 type PublicAddress struct {
-	Host   string `json:"host,omitempty"`
-	Port   int    `json:"port,omitempty"`
-	Scheme string `json:"scheme,omitempty"` // http or https
+	// Host is the public IP address or DNS name.
+	Host string `json:"host,omitempty"`
+	// Port is the public port.
+	Port int `json:"port,omitempty"`
+	// Scheme is http or https.
+	Scheme string `json:"scheme,omitempty"`
 }
 
 // RenderItem is one template: src is a Go text/template, dest the file it
 // renders to.
 type RenderItem struct {
-	Src   string `json:"src"`
-	Dest  string `json:"dest"`
-	Owner string `json:"owner,omitempty"` // user[:group]
-	Perm  string `json:"perm,omitempty"`  // octal, default 0644
+	// Src is the template, a Go text/template.
+	Src string `json:"src"`
+	// Dest is the file it renders to, replaced atomically.
+	Dest string `json:"dest"`
+	// Owner of the file, user[:group] (names or ids).
+	Owner string `json:"owner,omitempty"`
+	// Perm is the file's mode, in octal; default 0644.
+	Perm string `json:"perm,omitempty"`
 }
 
 // RenderOptions is the renderOptions: section.
@@ -168,70 +174,97 @@ func Load(path string) (*Config, error) {
 	return Parse(path, b)
 }
 
-// Parse decodes and validates a config; name is used in errors.
+// Parse decodes and validates a config; name is used in errors. The error
+// lists every problem found, one a line, each "NAME: field.path: message"
+// (Problems splits it; at most MaxProblems are listed). Only a YAML syntax
+// error is reported alone: nothing past it can be read.
 func Parse(name string, b []byte) (*Config, error) {
-	var c Config
-	if err := yaml.UnmarshalStrict(b, &c); err != nil {
-		return nil, fmt.Errorf("%s: %s", name, cleanYAMLError(err))
+	c, err := Inspect(name, b)
+	if err != nil {
+		return nil, err
 	}
-	if _, err := parseDuration("dependencies.timeout", c.Dependencies.Timeout); err != nil {
+	return c, nil
+}
+
+// Inspect is Parse for `config check`: with the problems it also returns
+// the config as far as it could be read (nil only when the YAML does not
+// parse), so the check can go on to the templates it names. A config that
+// comes with an error must not be run.
+func Inspect(name string, b []byte) (*Config, error) {
+	var e problems
+	c, dropped, err := decode(b, &e)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	if _, err := c.Deps(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+	if len(dropped) > 0 {
+		// A field that could not be read is not there for the validators:
+		// what they say of it, or of the object it is in, is no news.
+		e.skip = func(s string) bool {
+			p := problemPath(s)
+			return slices.ContainsFunc(dropped, func(d string) bool { return follows(p, d) })
+		}
 	}
-	if err := c.validateRun(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := c.validateProbes(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := c.validateBootstrap(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := c.validateExposure(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := c.validateReload(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if err := c.validateLogs(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return &c, nil
+	c.validate(&e)
+	return c, e.err(name)
+}
+
+// validate runs every section's checks; each records all the independent
+// problems it finds.
+func (c *Config) validate(e *problems) {
+	_, err := parseDuration("dependencies.timeout", c.Dependencies.Timeout)
+	e.addErr(err)
+	c.deps(e)
+	c.validateRun(e)
+	c.validateProbes(e)
+	c.validateBootstrap(e)
+	c.validateExposure(e)
+	c.validateReload(e)
+	c.validateLogs(e)
 }
 
 // Deps returns the dependencies in the form discovery takes; the error names
-// the entry.
+// the entry (one line per problem).
 func (c *Config) Deps() ([]discovery.Dependency, error) {
-	deps := make([]discovery.Dependency, 0, len(c.Dependencies.Wait))
-	for i, e := range c.Dependencies.Wait {
-		field := fmt.Sprintf("dependencies.wait[%d]", i)
-		if e.decodeErr != nil {
-			return nil, fmt.Errorf("%s: %s", field, cleanYAMLError(e.decodeErr))
-		}
-		if e.Wait == "" {
-			return nil, fmt.Errorf("%s.wait: empty", field)
-		}
-		d, err := discovery.Parse(e.Wait)
-		if err != nil {
-			return nil, fmt.Errorf("%s.wait: %v", field, err)
-		}
-		if len(e.ExpectStatus) > 0 && d.Kind != discovery.KindHTTP {
-			return nil, fmt.Errorf("%s.expectStatus: only for http(s) dependencies, not %s", field, d.Kind)
-		}
-		for j, code := range e.ExpectStatus {
-			if code < 100 || code > 599 {
-				return nil, fmt.Errorf("%s.expectStatus[%d]: %d is not an HTTP status code", field, j, code)
-			}
-		}
-		if d.Timeout, err = parseDuration(field+".timeout", e.Timeout); err != nil {
-			return nil, err
-		}
-		d.ExpectStatus = e.ExpectStatus
-		deps = append(deps, d)
+	var e problems
+	deps := c.deps(&e)
+	if err := e.err(""); err != nil {
+		return nil, err
 	}
 	return deps, nil
+}
+
+// deps converts dependencies.wait, recording the problems of every entry.
+func (c *Config) deps(e *problems) []discovery.Dependency {
+	deps := make([]discovery.Dependency, 0, len(c.Dependencies.Wait))
+	for i, w := range c.Dependencies.Wait {
+		field := fmt.Sprintf("dependencies.wait[%d]", i)
+		if w.decodeErr != nil {
+			e.add("%s: %s", field, cleanYAMLError(w.decodeErr))
+			continue
+		}
+		before := e.count()
+		var d discovery.Dependency
+		var err error
+		if w.Wait == "" {
+			e.add("%s.wait: empty", field)
+		} else if d, err = discovery.Parse(w.Wait); err != nil {
+			e.add("%s.wait: %v", field, err)
+		} else if len(w.ExpectStatus) > 0 && d.Kind != discovery.KindHTTP {
+			e.add("%s.expectStatus: only for http(s) dependencies, not %s", field, d.Kind)
+		}
+		for j, code := range w.ExpectStatus {
+			if code < 100 || code > 599 {
+				e.add("%s.expectStatus[%d]: %d is not an HTTP status code", field, j, code)
+			}
+		}
+		timeout, err := parseDuration(field+".timeout", w.Timeout)
+		e.addErr(err)
+		if e.count() == before {
+			d.Timeout, d.ExpectStatus = timeout, w.ExpectStatus
+			deps = append(deps, d)
+		}
+	}
+	return deps
 }
 
 // Timeout is the overall dependency timeout, defaulted.
@@ -263,7 +296,7 @@ func parseDuration(field, s string) (time.Duration, error) {
 // nothing to an operator, and names the field the way the file spells it.
 func cleanYAMLError(err error) string {
 	s := err.Error()
-	for _, p := range []string{"error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
+	for _, p := range []string{"error converting YAML to JSON: ", "error unmarshaling JSON: ", "while decoding JSON: ", "json: "} {
 		s = strings.ReplaceAll(s, p, "")
 	}
 	if i := strings.Index(s, "Go struct field "); i >= 0 {
@@ -275,26 +308,39 @@ func cleanYAMLError(err error) string {
 		}
 		s = s[:i] + "field " + field + " (want " + tail + ")"
 	}
-	return s
+	return oneLine(s)
 }
 
-func (c *Config) validateExposure() error {
+// schemes are what exposure's scheme takes.
+var schemes = []string{"http", "https"}
+
+func (c *Config) validateExposure(e *problems) {
 	for _, ref := range slices.Sorted(maps.Keys(c.Exposure)) {
 		a, f := c.Exposure[ref], fmt.Sprintf("exposure[%q]", ref)
-		switch {
-		case !serviceRef.MatchString(ref):
-			return fmt.Errorf("%s: want a Service as NAME or NAME.NAMESPACE", f)
-		case a == PublicAddress{}:
-			return fmt.Errorf("%s: empty (give host, port or scheme)", f)
-		case a.Host != "" && !publicHost(a.Host):
-			return fmt.Errorf("%s.host: %q is not an IP address or a DNS name", f, a.Host)
-		case a.Port < 0 || a.Port > 65535:
-			return fmt.Errorf("%s.port: %d is not a port", f, a.Port)
-		case a.Scheme != "" && a.Scheme != "http" && a.Scheme != "https":
-			return fmt.Errorf("%s.scheme: %q (want http or https)", f, a.Scheme)
+		if !serviceRef.MatchString(ref) {
+			e.add("%s: want a Service as NAME or NAME.NAMESPACE", f)
+		}
+		if a == (PublicAddress{}) {
+			e.add("%s: empty (give host, port or scheme)", f)
+		}
+		if a.Host != "" && !publicHost(a.Host) {
+			e.add("%s.host: %q is not an IP address or a DNS name", f, a.Host)
+		}
+		if a.Port < 0 || a.Port > 65535 {
+			e.add("%s.port: %d is not a port", f, a.Port)
+		}
+		if a.Scheme != "" && !slices.Contains(schemes, a.Scheme) {
+			e.add("%s.scheme: %q (want %s)", f, a.Scheme, oneOf(schemes))
 		}
 	}
-	return nil
+}
+
+// oneOf lists the values a field takes: "a, b or c".
+func oneOf(vs []string) string {
+	if len(vs) < 2 {
+		return strings.Join(vs, "")
+	}
+	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
 }
 
 var dnsName = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([-a-zA-Z0-9]*[a-zA-Z0-9])?)*\.?$`)
@@ -308,37 +354,34 @@ func publicHost(h string) bool {
 	return len(h) <= 253 && dnsName.MatchString(h)
 }
 
-func (c *Config) validateRun() error {
+// superviseModes are what run.supervise takes ("" is auto).
+var superviseModes = []string{"auto", "always", "never"}
+
+func (c *Config) validateRun(e *problems) {
 	for i, r := range c.Render {
 		f := fmt.Sprintf("render[%d]", i)
-		switch {
-		case r.Src == "":
-			return fmt.Errorf("%s.src: empty", f)
-		case r.Dest == "":
-			return fmt.Errorf("%s.dest: empty", f)
+		if r.Src == "" {
+			e.add("%s.src: empty", f)
+		}
+		if r.Dest == "" {
+			e.add("%s.dest: empty", f)
 		}
 		if r.Perm != "" {
 			if _, err := strconv.ParseUint(strings.TrimPrefix(r.Perm, "0o"), 8, 32); err != nil {
-				return fmt.Errorf("%s.perm: %q is not an octal mode", f, r.Perm)
+				e.add("%s.perm: %q is not an octal mode", f, r.Perm)
 			}
 		}
 	}
-	if _, err := parseDuration("renderOptions.timeout", c.RenderOptions.Timeout); err != nil {
-		return err
+	_, err := parseDuration("renderOptions.timeout", c.RenderOptions.Timeout)
+	e.addErr(err)
+	_, err = parseDuration("run.grace", c.Run.Grace)
+	e.addErr(err)
+	switch {
+	case c.Run.Supervise != "" && !slices.Contains(superviseModes, c.Run.Supervise):
+		e.add("run.supervise: %q (want %s)", c.Run.Supervise, oneOf(superviseModes))
+	case c.Run.Supervise == "never" && c.SteadyState():
+		e.add("run.supervise: \"never\" execs the service, but probes.checks, reload, logs or bootstrap phases after the rollout need the agent to stay beside it (use auto)")
 	}
-	if _, err := parseDuration("run.grace", c.Run.Grace); err != nil {
-		return err
-	}
-	switch c.Run.Supervise {
-	case "", "auto", "always":
-	case "never":
-		if c.SteadyState() {
-			return fmt.Errorf("run.supervise: \"never\" execs the service, but probes.checks, reload, logs or bootstrap phases after the rollout need the agent to stay beside it (use auto)")
-		}
-	default:
-		return fmt.Errorf("run.supervise: %q (want auto, always or never)", c.Run.Supervise)
-	}
-	return nil
 }
 
 // Grace is run.grace, defaulted to 30s (the kubelet's default grace period).

@@ -1,11 +1,14 @@
 package config
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
 )
@@ -163,12 +166,31 @@ func FuzzParse(f *testing.F) {
 		"reload:\n  validate:\n    - {dest: /a, command: \"c '{{ .Staged }}' {{ .Dest }}\"}\n    - {dest: /a, command: \"c {{ .Staged }}\"}\n",
 		"reload: {quiet: 2s, maxWait: 1s, verifyTimeout: 0s, rescan: -1s}\n",
 		"reload: {actions: [{path: \"/a[\", action: none}], signal: SIGKILL}\n",
+		// several problems at once, of structure and of values
+		"dependencie: {}\nprobes:\n  checks:\n    - {name: A, htpp: {}, period: soon}\n    - {name: b, tcp: {address: 1}, timeout: [1]}\nexposure: {x: {port: https, vip: 1}}\n",
+		"dependencies:\n  wait: [5, {wait: \"tcp:a:1\", timeot: 1s, expectStatus: \"x\"}, null]\nreload: [x]\nlogs: {files: [{path: 3}], sink: {type: kafka}}\n",
+		"a: 1\na: 2\n", "bootstrap: {Mode: create, name: X, retries: two, phases: [{name: a, afterRollout: maybe}]}\n",
 	} {
 		f.Add([]byte(s))
 	}
+	examples, _ := filepath.Glob("../../examples/*/agent.yaml")
+	for _, p := range examples {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		checkStructureWalk(t, b)
 		c, err := Parse("f.yaml", b)
 		if err != nil {
+			for _, p := range Problems(err) {
+				if !strings.HasPrefix(p, "f.yaml: ") {
+					t.Fatalf("a problem without the file's name: %q", p)
+				}
+			}
+			if n := len(Problems(err)); n > MaxProblems+1 {
+				t.Fatalf("%d problems listed, more than %d", n, MaxProblems)
+			}
 			return
 		}
 		if _, err := c.Deps(); err != nil {
@@ -177,5 +199,40 @@ func FuzzParse(f *testing.F) {
 		if c.Timeout() <= 0 {
 			t.Fatalf("non-positive timeout %v", c.Timeout())
 		}
+		// What loads, written back, loads again, the same.
+		out, err := yaml.Marshal(c)
+		if err != nil {
+			t.Fatalf("marshal: %v", err)
+		}
+		c2, err := Parse("again.yaml", out)
+		if err != nil {
+			t.Fatalf("a config that loaded does not load once written back:\n%s\n%v", out, err)
+		}
+		if out2, _ := yaml.Marshal(c2); !bytes.Equal(out, out2) {
+			t.Fatalf("written back twice, it differs:\n%s\n---\n%s", out, out2)
+		}
 	})
+}
+
+// checkStructureWalk: the walk that finds every unknown field and value of
+// the wrong type agrees with strict decoding, which stops at the first:
+// nothing where it finds nothing, something where it fails.
+func checkStructureWalk(t *testing.T, b []byte) {
+	t.Helper()
+	if _, err := yaml.YAMLToJSONStrict(b); err != nil {
+		return // a syntax error or a key given twice: not the walk's business
+	}
+	found, err := structureProblems(b)
+	if err != nil {
+		return
+	}
+	var c Config
+	strictErr := yaml.UnmarshalStrict(b, &c)
+	strictOK := strictErr == nil && !c.Dependencies.decodeErrs()
+	switch {
+	case strictOK && len(found) > 0:
+		t.Fatalf("strict decoding takes %q, the walk finds %q", b, found)
+	case !strictOK && len(found) == 0:
+		t.Fatalf("strict decoding refuses %q (%v), the walk finds nothing", b, strictErr)
+	}
 }

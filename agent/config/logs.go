@@ -5,6 +5,7 @@ import (
 	"net"
 	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -12,8 +13,10 @@ import (
 // Logs is the logs: section: tail the service's log files and ship every
 // line to the logging sidecar, offsets committed after the sink's ack.
 type Logs struct {
+	// Files are the log files to ship, by glob.
 	Files []LogFiles `json:"files,omitempty"`
-	Sink  LogSink    `json:"sink,omitempty"`
+	// Sink is where the lines go: the logging sidecar, or stdout.
+	Sink LogSink `json:"sink,omitempty"`
 	// StateDir keeps the offsets, on the log volume.
 	StateDir string `json:"stateDir,omitempty"`
 	// Rescan is how often the globs are expanded again, beside the
@@ -32,19 +35,29 @@ type Logs struct {
 
 // LogFiles is one logs.files entry.
 type LogFiles struct {
-	Path    string   `json:"path"`              // a glob
-	Exclude []string `json:"exclude,omitempty"` // globs of base names
-	Tag     string   `json:"tag,omitempty"`     // default kolla.<dir>.<file>
+	// Path is a glob of absolute paths (/var/log/kolla/keystone/*.log).
+	Path string `json:"path"`
+	// Exclude lists globs of base names not to ship (*.gz).
+	Exclude []string `json:"exclude,omitempty"`
+	// Tag of the records; default kolla.<dir>.<file>.
+	Tag string `json:"tag,omitempty"`
 }
 
 // LogSink is logs.sink.
 type LogSink struct {
-	Type      string `json:"type,omitempty"` // forward | syslog | stdout
-	Address   string `json:"address,omitempty"`
+	// Type: forward (fluentd's forward protocol, acked), syslog (RFC 5424
+	// over TCP) or stdout (the agent's own output).
+	Type string `json:"type,omitempty"`
+	// Address of the receiver, HOST:PORT (forward, syslog).
+	Address string `json:"address,omitempty"`
+	// SharedKey authenticates to a forward receiver that asks for it.
 	SharedKey string `json:"sharedKey,omitempty"`
-	TLS       *struct {
-		CAFile             string `json:"caFile,omitempty"`
-		InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
+	// TLS connects to the receiver over TLS.
+	TLS *struct {
+		// CAFile is the CA bundle that verifies the receiver, absolute.
+		CAFile string `json:"caFile,omitempty"`
+		// InsecureSkipVerify does not verify the receiver's certificate.
+		InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 	} `json:"tls,omitempty"`
 	// Format of the stdout sink: raw (the lines) or json (tagged records).
 	Format string `json:"format,omitempty"`
@@ -73,30 +86,38 @@ const (
 
 var logTag = regexp.MustCompile(`^[A-Za-z0-9_][-A-Za-z0-9_.]*$`)
 
-func (c *Config) validateLogs() error {
+// sinkTypes are what logs.sink.type takes, sinkFormats logs.sink.format.
+var (
+	sinkTypes   = []string{"forward", "syslog", "stdout"}
+	sinkFormats = []string{"raw", "json"}
+)
+
+func (c *Config) validateLogs(e *problems) {
 	l := c.Logs
 	if l == nil {
-		return nil
+		return
 	}
 	if len(l.Files) == 0 {
-		return fmt.Errorf("logs.files: empty (the log files to ship, e.g. /var/log/kolla/keystone/*.log)")
+		e.add("logs.files: empty (the log files to ship, e.g. /var/log/kolla/keystone/*.log)")
 	}
 	for i, f := range l.Files {
 		at := fmt.Sprintf("logs.files[%d]", i)
 		switch {
 		case f.Path == "":
-			return fmt.Errorf("%s.path: empty", at)
+			e.add("%s.path: empty", at)
 		case !path.IsAbs(f.Path):
-			return fmt.Errorf("%s.path: %q is not an absolute path", at, f.Path)
-		case f.Tag != "" && !logTag.MatchString(f.Tag):
-			return fmt.Errorf("%s.tag: %q (want letters, digits, '.', '-', '_')", at, f.Tag)
+			e.add("%s.path: %q is not an absolute path", at, f.Path)
+		default:
+			if _, err := path.Match(f.Path, "/"); err != nil {
+				e.add("%s.path: %q: %v", at, f.Path, err)
+			}
 		}
-		if _, err := path.Match(f.Path, "/"); err != nil {
-			return fmt.Errorf("%s.path: %q: %v", at, f.Path, err)
+		if f.Tag != "" && !logTag.MatchString(f.Tag) {
+			e.add("%s.tag: %q (want letters, digits, '.', '-', '_')", at, f.Tag)
 		}
 		for j, x := range f.Exclude {
 			if _, err := path.Match(x, "a"); err != nil || x == "" {
-				return fmt.Errorf("%s.exclude[%d]: %q is not a glob", at, j, x)
+				e.add("%s.exclude[%d]: %q is not a glob", at, j, x)
 			}
 		}
 	}
@@ -105,51 +126,55 @@ func (c *Config) validateLogs() error {
 	case "forward", "syslog":
 		host, port, err := net.SplitHostPort(s.Address)
 		if err != nil || host == "" {
-			return fmt.Errorf("logs.sink.address: %q: want HOST:PORT", s.Address)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return fmt.Errorf("logs.sink.address: %q: %q is not a port", s.Address, port)
+			e.add("logs.sink.address: %q: want HOST:PORT", s.Address)
+		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			e.add("logs.sink.address: %q: %q is not a port", s.Address, port)
 		}
 	case "stdout":
 		if s.Address != "" || s.SharedKey != "" || s.TLS != nil {
-			return fmt.Errorf("logs.sink: type stdout takes no address, sharedKey or tls")
+			e.add("logs.sink: type stdout takes no address, sharedKey or tls")
 		}
 	case "":
-		return fmt.Errorf("logs.sink.type: empty (want forward, syslog or stdout)")
+		e.add("logs.sink.type: empty (want %s)", oneOf(sinkTypes))
 	default:
-		return fmt.Errorf("logs.sink.type: %q (want forward, syslog or stdout)", s.Type)
+		e.add("logs.sink.type: %q (want %s)", s.Type, oneOf(sinkTypes))
+	}
+	known := slices.Contains(sinkTypes, s.Type) // else what fits it is unknown
+	if s.SharedKey != "" && known && s.Type != "forward" && s.Type != "stdout" {
+		e.add("logs.sink.sharedKey: only for type forward")
 	}
 	switch {
-	case s.SharedKey != "" && s.Type != "forward":
-		return fmt.Errorf("logs.sink.sharedKey: only for type forward")
-	case s.Format != "" && s.Type != "stdout":
-		return fmt.Errorf("logs.sink.format: only for type stdout")
-	case s.Format != "" && s.Format != "raw" && s.Format != "json":
-		return fmt.Errorf("logs.sink.format: %q (want raw or json)", s.Format)
-	case s.TLS != nil && s.TLS.CAFile != "" && !path.IsAbs(s.TLS.CAFile):
-		return fmt.Errorf("logs.sink.tls.caFile: %q is not an absolute path", s.TLS.CAFile)
-	case s.TLS != nil && s.TLS.CAFile != "" && s.TLS.InsecureSkipVerify:
-		return fmt.Errorf("logs.sink.tls: caFile and insecureSkipVerify exclude each other")
+	case s.Format != "" && known && s.Type != "stdout":
+		e.add("logs.sink.format: only for type stdout")
+	case s.Format != "" && !slices.Contains(sinkFormats, s.Format):
+		e.add("logs.sink.format: %q (want %s)", s.Format, oneOf(sinkFormats))
 	}
-	for _, d := range []struct{ field, v string }{{"logs.rescan", l.Rescan}, {"logs.drain", l.Drain}, {"logs.multiline.idle", l.Multiline.Idle}, {"logs.sink.ackTimeout", s.AckTimeout}} {
-		if _, err := parseDuration(d.field, d.v); err != nil {
-			return err
+	if s.TLS != nil && s.TLS.CAFile != "" {
+		if !path.IsAbs(s.TLS.CAFile) {
+			e.add("logs.sink.tls.caFile: %q is not an absolute path", s.TLS.CAFile)
+		}
+		if s.TLS.InsecureSkipVerify {
+			e.add("logs.sink.tls: caFile and insecureSkipVerify exclude each other")
 		}
 	}
+	for _, d := range []struct{ field, v string }{{"logs.rescan", l.Rescan}, {"logs.drain", l.Drain}, {"logs.multiline.idle", l.Multiline.Idle}, {"logs.sink.ackTimeout", s.AckTimeout}} {
+		_, err := parseDuration(d.field, d.v)
+		e.addErr(err)
+	}
+	if l.StateDir != "" && !path.IsAbs(l.StateDir) {
+		e.add("logs.stateDir: %q is not an absolute path", l.StateDir)
+	}
 	switch {
-	case l.StateDir != "" && !path.IsAbs(l.StateDir):
-		return fmt.Errorf("logs.stateDir: %q is not an absolute path", l.StateDir)
 	case l.MaxLineSize < 0 || (l.MaxLineSize > 0 && l.MaxLineSize < 1024):
-		return fmt.Errorf("logs.maxLineSize: %d (want at least 1024 bytes)", l.MaxLineSize)
+		e.add("logs.maxLineSize: %d (want at least 1024 bytes)", l.MaxLineSize)
 	case l.MaxLineSize > 64<<20:
-		return fmt.Errorf("logs.maxLineSize: %d is more than 64 MiB", l.MaxLineSize)
+		e.add("logs.maxLineSize: %d is more than 64 MiB", l.MaxLineSize)
 	}
 	if l.Multiline.FirstLine != "" {
 		if _, err := regexp.Compile(l.Multiline.FirstLine); err != nil {
-			return fmt.Errorf("logs.multiline.firstLine: %v", err)
+			e.add("logs.multiline.firstLine: %v", err)
 		}
 	}
-	return nil
 }
 
 // RescanEvery is logs.rescan, defaulted.

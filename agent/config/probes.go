@@ -2,9 +2,11 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,27 +24,38 @@ const DefaultProbeSocket = ask.DefaultSocket
 
 // Probes is the probes: section.
 type Probes struct {
-	// Address is the HTTP listener for the kubelet ("" = DefaultProbeAddress,
-	// "off" = none).
+	// Address is the HTTP listener for the kubelet, HOST:PORT; "off":
+	// none. Default: DefaultProbeAddress.
 	Address string `json:"address,omitempty"`
-	// Socket is the Unix socket for `kolla-agent probe` ("" =
-	// DefaultProbeSocket, "off" = none).
+	// Socket is the Unix socket for `kolla-agent probe`, an absolute path;
+	// "off": none. Default: DefaultProbeSocket.
 	Socket string `json:"socket,omitempty"`
 	// DrainFile: while it exists, readiness fails with "draining".
-	DrainFile string  `json:"drainFile,omitempty"`
-	Checks    []Check `json:"checks,omitempty"`
+	DrainFile string `json:"drainFile,omitempty"`
+	// Checks run in the background; each probe answers from the last
+	// results of the checks that count for it.
+	Checks []Check `json:"checks,omitempty"`
 }
 
 // Check is one entry of probes.checks: common fields and exactly one type.
 type Check struct {
+	// Name names the check in the probes' answers and the metrics: lower
+	// case letters, digits, '-', '_' and '.'.
 	Name string `json:"name"`
 	// Probes lists which of startup, readiness and liveness the check counts
 	// for; default [readiness].
-	Probes           []string `json:"probes,omitempty"`
-	Period           string   `json:"period,omitempty"`  // default 10s
-	Timeout          string   `json:"timeout,omitempty"` // default 1s
-	FailureThreshold int      `json:"failureThreshold,omitempty"`
-	SuccessThreshold int      `json:"successThreshold,omitempty"`
+	Probes []string `json:"probes,omitempty"`
+	// Period is how often the check runs, at least 100ms; default 10s.
+	Period string `json:"period,omitempty"`
+	// Timeout bounds one run, at most the period; default 2s (or the
+	// period, when shorter).
+	Timeout string `json:"timeout,omitempty"`
+	// FailureThreshold is how many failures in a row fail the check;
+	// default 3.
+	FailureThreshold int `json:"failureThreshold,omitempty"`
+	// SuccessThreshold is how many successes in a row pass it again;
+	// default 1.
+	SuccessThreshold int `json:"successThreshold,omitempty"`
 
 	Process     *ProcessCheck     `json:"process,omitempty"`
 	TCP         *TCPCheck         `json:"tcp,omitempty"`
@@ -59,41 +72,56 @@ type ProcessCheck struct{}
 
 // TCPCheck: a TCP connection to Address can be made.
 type TCPCheck struct {
+	// Address to connect to, HOST:PORT.
 	Address string `json:"address"`
 }
 
 // HTTPCheck: a GET of URL answers with one of ExpectStatus (default 2xx or
 // 3xx) and, when BodyRegex is set, a body that matches it.
 type HTTPCheck struct {
-	URL                string `json:"url"`
-	ExpectStatus       []int  `json:"expectStatus,omitempty"`
-	BodyRegex          string `json:"bodyRegex,omitempty"`
-	Host               string `json:"host,omitempty"`
-	CAFile             string `json:"caFile,omitempty"`
-	InsecureSkipVerify bool   `json:"insecureSkipVerify,omitempty"`
+	// URL to GET, http:// or https://.
+	URL string `json:"url"`
+	// ExpectStatus lists the status codes that pass (default: any 2xx or
+	// 3xx).
+	ExpectStatus []int `json:"expectStatus,omitempty"`
+	// BodyRegex, when set, must match the body.
+	BodyRegex string `json:"bodyRegex,omitempty"`
+	// Host is the Host header (and the TLS server name) to send.
+	Host string `json:"host,omitempty"`
+	// CAFile is the CA bundle that verifies an https server.
+	CAFile string `json:"caFile,omitempty"`
+	// InsecureSkipVerify does not verify an https server's certificate.
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
 }
 
 // ExecCheck: the command exits 0 within the timeout. A string is split like
 // a shell would; a list is taken as it is.
 type ExecCheck struct {
+	// Command to run: a string, split like a shell would, or a list of
+	// words.
 	Command StringOrList `json:"command"`
 }
 
 // ConnectionsCheck: the service or any of its descendants holds at least Min
 // established TCP connections to each remote port.
 type ConnectionsCheck struct {
+	// Ports are the remote TCP ports (3306, 5672, ...).
 	Ports []int `json:"ports"`
-	Min   int   `json:"min,omitempty"` // default 1
+	// Min is how many connections each port needs; default 1.
+	Min int `json:"min,omitempty"`
 }
 
 // FileCheck: a heartbeat file was modified less than MaxAge ago.
 type FileCheck struct {
-	Path   string `json:"path"`
+	// Path of the heartbeat file, absolute.
+	Path string `json:"path"`
+	// MaxAge is how old its last modification may be.
 	MaxAge string `json:"maxAge"`
 }
 
 // DependencyCheck: a dependency in the wait syntax still resolves.
 type DependencyCheck struct {
+	// Wait is the dependency in the wait syntax (service:mariadb, ...).
 	Wait string `json:"wait"`
 }
 
@@ -104,11 +132,12 @@ type RPCCheck struct {
 	ConfigFile string `json:"configFile,omitempty"`
 	// TransportURL instead of the config file's.
 	TransportURL string `json:"transportURL,omitempty"`
-	Topic        string `json:"topic"`
+	// Topic is the service's RPC topic (conductor, scheduler, ...).
+	Topic string `json:"topic"`
 	// Server is the RPC server's host (oslo's [DEFAULT] host); default: the
 	// pod's hostname.
 	Server string `json:"server,omitempty"`
-	// Exchange defaults to control_exchange, else "openstack".
+	// Exchange: default the config's control_exchange, else "openstack".
 	Exchange string `json:"exchange,omitempty"`
 	// Method to call; default oslo_rpc_server_ping when the config enables
 	// it, else a method that does not exist (a NoSuchMethod reply proves the
@@ -129,8 +158,11 @@ type Sidecar struct {
 // executable's base name), or by a regular expression over its command line
 // (arguments joined by spaces).
 type ProcessMatch struct {
+	// PIDFile holds the service's pid, an absolute path.
 	PIDFile string `json:"pidFile,omitempty"`
-	Name    string `json:"name,omitempty"`
+	// Name is the process's comm, argv[0] or executable's base name.
+	Name string `json:"name,omitempty"`
+	// Cmdline is a regular expression over the command line.
 	Cmdline string `json:"cmdline,omitempty"`
 }
 
@@ -168,89 +200,62 @@ func (s StringOrList) Words() ([]string, error) {
 	return splitWords(s.String)
 }
 
-// probe names.
-var probeNames = map[string]bool{"startup": true, "readiness": true, "liveness": true}
+// probeKinds are the probes a check counts for.
+var probeKinds = []string{"startup", "readiness", "liveness"}
 
 var checkName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$`)
 
-func (c *Config) validateProbes() error {
+func (c *Config) validateProbes(e *problems) {
 	for _, v := range []*string{&c.Probes.Address, &c.Probes.Socket} {
 		if ask.Off(*v) {
 			*v = "off"
 		}
 	}
 	p := c.Probes
-	for _, a := range []struct{ field, v string }{{"probes.address", p.Address}} {
-		if a.v == "" || a.v == "off" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(a.v); err != nil {
-			return fmt.Errorf("%s: %q is not HOST:PORT (want e.g. \":8095\")", a.field, a.v)
+	if p.Address != "" && p.Address != "off" {
+		if _, _, err := net.SplitHostPort(p.Address); err != nil {
+			e.add("probes.address: %q is not HOST:PORT (want e.g. \":8095\")", p.Address)
 		}
 	}
 	if p.Socket != "" && p.Socket != "off" && !strings.HasPrefix(p.Socket, "/") {
-		return fmt.Errorf("probes.socket: %q is not an absolute path", p.Socket)
+		e.add("probes.socket: %q is not an absolute path", p.Socket)
 	}
 	if p.DrainFile != "" && !strings.HasPrefix(p.DrainFile, "/") {
-		return fmt.Errorf("probes.drainFile: %q is not an absolute path", p.DrainFile)
+		e.add("probes.drainFile: %q is not an absolute path", p.DrainFile)
 	}
 	seen := map[string]int{}
 	for i := range p.Checks {
-		if err := validateCheck(fmt.Sprintf("probes.checks[%d]", i), &p.Checks[i], seen, i); err != nil {
-			return err
-		}
+		validateCheck(e, fmt.Sprintf("probes.checks[%d]", i), &p.Checks[i], seen, i)
 	}
-	return c.validateSidecar()
+	c.validateSidecar(e)
 }
 
-func validateCheck(f string, ch *Check, seen map[string]int, i int) error {
+func validateCheck(e *problems, f string, ch *Check, seen map[string]int, i int) {
 	switch {
 	case ch.Name == "":
-		return fmt.Errorf("%s.name: empty", f)
+		e.add("%s.name: empty", f)
 	case !checkName.MatchString(ch.Name):
-		return fmt.Errorf("%s.name: %q (want lower-case letters, digits, '-', '_' or '.')", f, ch.Name)
+		e.add("%s.name: %q (want lower-case letters, digits, '-', '_' or '.')", f, ch.Name)
 	case ch.Name == "agent":
-		return fmt.Errorf("%s.name: \"agent\" is the agent's own built-in check", f)
-	}
-	if j, dup := seen[ch.Name]; dup {
-		return fmt.Errorf("%s.name: %q already used by probes.checks[%d]", f, ch.Name, j)
-	}
-	seen[ch.Name] = i
-	for j, pr := range ch.Probes {
-		if !probeNames[pr] {
-			return fmt.Errorf("%s.probes[%d]: %q (want startup, readiness or liveness)", f, j, pr)
+		e.add("%s.name: \"agent\" is the agent's own built-in check", f)
+	default:
+		if j, dup := seen[ch.Name]; dup {
+			e.add("%s.name: %q already used by probes.checks[%d]", f, ch.Name, j)
+		} else {
+			seen[ch.Name] = i
 		}
 	}
-	period, err := parseDuration(f+".period", ch.Period)
-	if err != nil {
-		return err
+	for j, pr := range ch.Probes {
+		if !slices.Contains(probeKinds, pr) {
+			e.add("%s.probes[%d]: %q (want %s)", f, j, pr, oneOf(probeKinds))
+		}
 	}
-	timeout, err := parseDuration(f+".timeout", ch.Timeout)
-	if err != nil {
-		return err
-	}
-	if ch.Period != "" && period < 100*time.Millisecond {
-		return fmt.Errorf("%s.period: %s is below the minimum of 100ms", f, ch.Period)
-	}
-	if period == 0 {
-		period = DefaultCheckPeriod
-	}
-	if ch.Timeout != "" && timeout == 0 {
-		return fmt.Errorf("%s.timeout: must be above 0", f)
-	}
-	if timeout == 0 {
-		timeout = min(DefaultCheckTimeout, period)
-	}
-	if timeout > period {
-		// A result is stale after 2 periods; a longer timeout would let a hung
-		// check look stale before it is cancelled.
-		return fmt.Errorf("%s.timeout: %v is longer than the period %v", f, timeout, period)
-	}
+	validateTiming(e, f, ch)
 	if ch.FailureThreshold < 0 {
-		return fmt.Errorf("%s.failureThreshold: negative", f)
+		e.add("%s.failureThreshold: negative", f)
 	}
 	if ch.SuccessThreshold < 0 {
-		return fmt.Errorf("%s.successThreshold: negative", f)
+		e.add("%s.successThreshold: negative", f)
 	}
 	var types []string
 	add := func(name string, set bool) {
@@ -268,82 +273,113 @@ func validateCheck(f string, ch *Check, seen map[string]int, i int) error {
 	add("rpc", ch.RPC != nil)
 	switch len(types) {
 	case 0:
-		return fmt.Errorf("%s: no check type (want one of process, tcp, http, exec, connections, file, dependency, rpc)", f)
+		e.add("%s: no check type (want one of process, tcp, http, exec, connections, file, dependency, rpc)", f)
 	case 1:
 	default:
-		return fmt.Errorf("%s: more than one check type (%s); give one per check", f, strings.Join(types, ", "))
+		e.add("%s: more than one check type (%s); give one per check", f, strings.Join(types, ", "))
 	}
-	switch {
-	case ch.TCP != nil:
+	// Each type given is checked, even beside another.
+	if ch.TCP != nil {
 		if _, _, err := net.SplitHostPort(ch.TCP.Address); err != nil {
-			return fmt.Errorf("%s.tcp.address: %q is not HOST:PORT", f, ch.TCP.Address)
+			e.add("%s.tcp.address: %q is not HOST:PORT", f, ch.TCP.Address)
 		}
-	case ch.HTTP != nil:
-		h := ch.HTTP
+	}
+	if h := ch.HTTP; h != nil {
 		if !strings.HasPrefix(h.URL, "http://") && !strings.HasPrefix(h.URL, "https://") {
-			return fmt.Errorf("%s.http.url: %q is not an http:// or https:// URL", f, h.URL)
+			e.add("%s.http.url: %q is not an http:// or https:// URL", f, h.URL)
 		}
 		for j, code := range h.ExpectStatus {
 			if code < 100 || code > 599 {
-				return fmt.Errorf("%s.http.expectStatus[%d]: %d is not an HTTP status code", f, j, code)
+				e.add("%s.http.expectStatus[%d]: %d is not an HTTP status code", f, j, code)
 			}
 		}
 		if h.BodyRegex != "" {
 			if _, err := regexp.Compile(h.BodyRegex); err != nil {
-				return fmt.Errorf("%s.http.bodyRegex: %v", f, err)
+				e.add("%s.http.bodyRegex: %v", f, err)
 			}
-		}
-	case ch.Exec != nil:
-		words, err := ch.Exec.Command.Words()
-		if err != nil {
-			return fmt.Errorf("%s.exec.command: %v", f, err)
-		}
-		if len(words) == 0 || words[0] == "" {
-			return fmt.Errorf("%s.exec.command: empty", f)
-		}
-	case ch.Connections != nil:
-		if len(ch.Connections.Ports) == 0 {
-			return fmt.Errorf("%s.connections.ports: empty", f)
-		}
-		for j, port := range ch.Connections.Ports {
-			if port < 1 || port > 65535 {
-				return fmt.Errorf("%s.connections.ports[%d]: %d is not a TCP port", f, j, port)
-			}
-		}
-		if ch.Connections.Min < 0 {
-			return fmt.Errorf("%s.connections.min: negative", f)
-		}
-	case ch.File != nil:
-		if !strings.HasPrefix(ch.File.Path, "/") {
-			return fmt.Errorf("%s.file.path: %q is not an absolute path", f, ch.File.Path)
-		}
-		d, err := parseDuration(f+".file.maxAge", ch.File.MaxAge)
-		if err != nil {
-			return err
-		}
-		if d == 0 {
-			return fmt.Errorf("%s.file.maxAge: required", f)
-		}
-	case ch.Dependency != nil:
-		if ch.Dependency.Wait == "" {
-			return fmt.Errorf("%s.dependency.wait: empty", f)
-		}
-		if _, err := discovery.Parse(ch.Dependency.Wait); err != nil {
-			return fmt.Errorf("%s.dependency.wait: %v", f, err)
-		}
-	case ch.RPC != nil:
-		r := ch.RPC
-		if r.ConfigFile == "" && r.TransportURL == "" {
-			return fmt.Errorf("%s.rpc: give configFile (the service's own config, for transport_url) or transportURL", f)
-		}
-		if r.Topic == "" {
-			return fmt.Errorf("%s.rpc.topic: empty", f)
-		}
-		if r.TransportURL != "" && !strings.Contains(r.TransportURL, "://") {
-			return fmt.Errorf("%s.rpc.transportURL: %q is not a URL (want rabbit://USER:PASS@HOST:PORT/VHOST)", f, redactURL(r.TransportURL))
 		}
 	}
-	return nil
+	if ch.Exec != nil {
+		words, err := ch.Exec.Command.Words()
+		switch {
+		case err != nil:
+			e.add("%s.exec.command: %v", f, err)
+		case len(words) == 0 || words[0] == "":
+			e.add("%s.exec.command: empty", f)
+		}
+	}
+	if cs := ch.Connections; cs != nil {
+		if len(cs.Ports) == 0 {
+			e.add("%s.connections.ports: empty", f)
+		}
+		for j, port := range cs.Ports {
+			if port < 1 || port > 65535 {
+				e.add("%s.connections.ports[%d]: %d is not a TCP port", f, j, port)
+			}
+		}
+		if cs.Min < 0 {
+			e.add("%s.connections.min: negative", f)
+		}
+	}
+	if fc := ch.File; fc != nil {
+		if !strings.HasPrefix(fc.Path, "/") {
+			e.add("%s.file.path: %q is not an absolute path", f, fc.Path)
+		}
+		if d, err := parseDuration(f+".file.maxAge", fc.MaxAge); err != nil {
+			e.addErr(err)
+		} else if d == 0 {
+			e.add("%s.file.maxAge: required", f)
+		}
+	}
+	if dc := ch.Dependency; dc != nil {
+		if dc.Wait == "" {
+			e.add("%s.dependency.wait: empty", f)
+		} else if _, err := discovery.Parse(dc.Wait); err != nil {
+			e.add("%s.dependency.wait: %v", f, err)
+		}
+	}
+	if r := ch.RPC; r != nil {
+		if r.ConfigFile == "" && r.TransportURL == "" {
+			e.add("%s.rpc: give configFile (the service's own config, for transport_url) or transportURL", f)
+		}
+		if r.Topic == "" {
+			e.add("%s.rpc.topic: empty", f)
+		}
+		if r.TransportURL != "" && !strings.Contains(r.TransportURL, "://") {
+			e.add("%s.rpc.transportURL: %q is not a URL (want rabbit://USER:PASS@HOST:PORT/VHOST)", f, redactURL(r.TransportURL))
+		}
+	}
+}
+
+// validateTiming checks a check's period and timeout: each alone, then one
+// against the other when both were read.
+func validateTiming(e *problems, f string, ch *Check) {
+	period, perr := parseDuration(f+".period", ch.Period)
+	e.addErr(perr)
+	timeout, terr := parseDuration(f+".timeout", ch.Timeout)
+	e.addErr(terr)
+	if perr == nil && ch.Period != "" && period < 100*time.Millisecond {
+		e.add("%s.period: %s is below the minimum of 100ms", f, ch.Period)
+		perr = errors.New("too short")
+	}
+	if terr == nil && ch.Timeout != "" && timeout == 0 {
+		e.add("%s.timeout: must be above 0", f)
+		terr = errors.New("zero")
+	}
+	if perr != nil || terr != nil {
+		return
+	}
+	if period == 0 {
+		period = DefaultCheckPeriod
+	}
+	if timeout == 0 {
+		timeout = min(DefaultCheckTimeout, period)
+	}
+	if timeout > period {
+		// A result is stale after 2 periods; a longer timeout would let a hung
+		// check look stale before it is cancelled.
+		e.add("%s.timeout: %v is longer than the period %v", f, timeout, period)
+	}
 }
 
 // redactURL hides whatever could be a password in an error message.
@@ -354,7 +390,7 @@ func redactURL(s string) string {
 	return s
 }
 
-func (c *Config) validateSidecar() error {
+func (c *Config) validateSidecar(e *problems) {
 	m := c.Sidecar.Process
 	n := 0
 	for _, v := range []string{m.PIDFile, m.Name, m.Cmdline} {
@@ -363,17 +399,16 @@ func (c *Config) validateSidecar() error {
 		}
 	}
 	if n > 1 {
-		return fmt.Errorf("sidecar.process: give one of pidFile, name or cmdline")
+		e.add("sidecar.process: give one of pidFile, name or cmdline")
 	}
 	if m.PIDFile != "" && !strings.HasPrefix(m.PIDFile, "/") {
-		return fmt.Errorf("sidecar.process.pidFile: %q is not an absolute path", m.PIDFile)
+		e.add("sidecar.process.pidFile: %q is not an absolute path", m.PIDFile)
 	}
 	if m.Cmdline != "" {
 		if _, err := regexp.Compile(m.Cmdline); err != nil {
-			return fmt.Errorf("sidecar.process.cmdline: %v", err)
+			e.add("sidecar.process.cmdline: %v", err)
 		}
 	}
-	return nil
 }
 
 // Check defaults (Kubernetes' own, but the timeout: 1s is too short for a

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 	"text/template"
@@ -48,7 +49,9 @@ type Reload struct {
 // ReloadAction overrides the action for the files matching Path (a glob of
 // path.Match over the destination).
 type ReloadAction struct {
-	Path   string `json:"path"`
+	// Path is a glob over the destination files, absolute.
+	Path string `json:"path"`
+	// Action for the files it matches: signal, restart, rollout or none.
 	Action string `json:"action"`
 }
 
@@ -56,7 +59,10 @@ type ReloadAction struct {
 // template with {{ .Staged }} and {{ .Dest }} (paths, quoted for the
 // split), then split into words like a shell would.
 type ReloadValidate struct {
-	Dest    string `json:"dest"`
+	// Dest is the destination file the command checks, absolute.
+	Dest string `json:"dest"`
+	// Command checks the staged file, {{ .Staged }}, before it replaces
+	// {{ .Dest }}.
 	Command string `json:"command"`
 }
 
@@ -136,101 +142,101 @@ func ParseSignal(s string) (syscall.Signal, error) {
 	return 0, fmt.Errorf("%q is not a signal a service reloads on (want one of SIGHUP, SIGUSR1, SIGUSR2, SIGINT, SIGQUIT, SIGWINCH, SIGTERM)", s)
 }
 
+// reloadActions are what reload.action and reload.actions[].action take.
 var reloadActions = []string{"signal", "restart", "rollout", "none"}
 
-func validAction(a string) bool {
-	for _, v := range reloadActions {
-		if a == v {
-			return true
-		}
-	}
-	return false
-}
+// reloadSources are what reload.source takes ("" is volume).
+var reloadSources = []string{"volume", "api"}
 
-func (c *Config) validateReload() error {
+func (c *Config) validateReload(e *problems) {
 	r := c.Reload
 	if r == nil {
-		return nil
+		return
 	}
+	durs := map[string]error{}
 	for _, f := range []struct{ name, v string }{{"quiet", r.Quiet}, {"maxWait", r.MaxWait}, {"rescan", r.Rescan}, {"verifyTimeout", r.VerifyTimeout}} {
-		if _, err := parseDuration("reload."+f.name, f.v); err != nil {
-			return err
-		}
+		_, err := parseDuration("reload."+f.name, f.v)
+		e.addErr(err)
+		durs[f.name] = err
 	}
 	q, m, _, v := r.Durations()
-	if r.MaxWait != "" && m < q {
-		return fmt.Errorf("reload.maxWait: %s is shorter than quiet (%s)", m, q)
+	if durs["quiet"] == nil && durs["maxWait"] == nil && r.MaxWait != "" && m < q {
+		e.add("reload.maxWait: %s is shorter than quiet (%s)", m, q)
 	}
-	if r.VerifyTimeout != "" && v == 0 {
-		return fmt.Errorf("reload.verifyTimeout: 0 (a reload must be verified within some time)")
+	if durs["verifyTimeout"] == nil && r.VerifyTimeout != "" && v == 0 {
+		e.add("reload.verifyTimeout: 0 (a reload must be verified within some time)")
 	}
-	if r.Source != "" && r.Source != "volume" && r.Source != "api" {
-		return fmt.Errorf("reload.source: %q (want volume or api)", r.Source)
+	if r.Source != "" && !slices.Contains(reloadSources, r.Source) {
+		e.add("reload.source: %q (want %s)", r.Source, oneOf(reloadSources))
 	}
 	for i, w := range r.Watch {
 		if !path.IsAbs(w) {
-			return fmt.Errorf("reload.watch[%d]: %q is not an absolute path", i, w)
+			e.add("reload.watch[%d]: %q is not an absolute path", i, w)
 		}
 	}
-	if r.Action != "" && !validAction(r.Action) {
-		return fmt.Errorf("reload.action: %q (want signal, restart, rollout or none)", r.Action)
+	if r.Action != "" && !slices.Contains(reloadActions, r.Action) {
+		e.add("reload.action: %q (want %s)", r.Action, oneOf(reloadActions))
 	}
 	for i, a := range r.Actions {
 		f := fmt.Sprintf("reload.actions[%d]", i)
 		switch {
 		case a.Path == "":
-			return fmt.Errorf("%s.path: empty", f)
+			e.add("%s.path: empty", f)
 		case !path.IsAbs(a.Path):
-			return fmt.Errorf("%s.path: %q is not an absolute path", f, a.Path)
-		case !validAction(a.Action):
-			return fmt.Errorf("%s.action: %q (want signal, restart, rollout or none)", f, a.Action)
+			e.add("%s.path: %q is not an absolute path", f, a.Path)
+		default:
+			if _, err := path.Match(a.Path, "/"); err != nil {
+				e.add("%s.path: %q: %v", f, a.Path, err)
+			}
 		}
-		if _, err := path.Match(a.Path, "/"); err != nil {
-			return fmt.Errorf("%s.path: %q: %v", f, a.Path, err)
+		if !slices.Contains(reloadActions, a.Action) {
+			e.add("%s.action: %q (want %s)", f, a.Action, oneOf(reloadActions))
 		}
 	}
 	if _, err := ParseSignal(r.Signal); err != nil {
-		return fmt.Errorf("reload.signal: %v", err)
+		e.add("reload.signal: %v", err)
 	}
 	switch {
 	case r.MaxUnavailable < 0:
-		return fmt.Errorf("reload.maxUnavailable: %d is negative", r.MaxUnavailable)
+		e.add("reload.maxUnavailable: %d is negative", r.MaxUnavailable)
 	case r.MaxUnavailable > 100:
-		return fmt.Errorf("reload.maxUnavailable: %d is more Leases than a semaphore should take (at most 100)", r.MaxUnavailable)
+		e.add("reload.maxUnavailable: %d is more Leases than a semaphore should take (at most 100)", r.MaxUnavailable)
+	}
+	switch {
 	case r.MaxUnavailable > 0 && r.LeaseName == "" && c.Bootstrap.Name == "":
-		return fmt.Errorf("reload.leaseName: needed with maxUnavailable (a name every replica of the service shares), or set bootstrap.name")
+		e.add("reload.leaseName: needed with maxUnavailable (a name every replica of the service shares), or set bootstrap.name")
 	case r.LeaseName != "" && (len(r.LeaseName) > 59 || !dnsLabel.MatchString(r.LeaseName)):
-		return fmt.Errorf("reload.leaseName: %q is not a DNS label of at most 59 characters", r.LeaseName)
+		e.add("reload.leaseName: %q is not a DNS label of at most 59 characters", r.LeaseName)
 	}
 	if r.StateDir != "" && !path.IsAbs(r.StateDir) {
-		return fmt.Errorf("reload.stateDir: %q is not an absolute path", r.StateDir)
+		e.add("reload.stateDir: %q is not an absolute path", r.StateDir)
 	}
 	seen := map[string]bool{}
 	for i, v := range r.Validate {
 		f := fmt.Sprintf("reload.validate[%d]", i)
 		switch {
 		case v.Dest == "":
-			return fmt.Errorf("%s.dest: empty", f)
+			e.add("%s.dest: empty", f)
 		case !path.IsAbs(v.Dest):
-			return fmt.Errorf("%s.dest: %q is not an absolute path", f, v.Dest)
-		case strings.TrimSpace(v.Command) == "":
-			return fmt.Errorf("%s.command: empty", f)
+			e.add("%s.dest: %q is not an absolute path", f, v.Dest)
 		case seen[path.Clean(v.Dest)]:
-			return fmt.Errorf("%s.dest: %s has a validator already", f, v.Dest)
+			e.add("%s.dest: %s has a validator already", f, v.Dest)
+		case v.Dest != path.Clean(v.Dest):
+			seen[path.Clean(v.Dest)] = true
+			e.add("%s.dest: %q is not a clean path (%s)", f, v.Dest, path.Clean(v.Dest))
+		default:
+			seen[v.Dest] = true
 		}
-		seen[path.Clean(v.Dest)] = true
-		if v.Dest != path.Clean(v.Dest) {
-			return fmt.Errorf("%s.dest: %q is not a clean path (%s)", f, v.Dest, path.Clean(v.Dest))
+		if strings.TrimSpace(v.Command) == "" {
+			e.add("%s.command: empty", f)
+			continue
 		}
-		staged, err := checkTemplate(v.Command)
-		if err != nil {
-			return fmt.Errorf("%s.command: %v", f, err)
-		}
-		if !staged {
-			return fmt.Errorf("%s.command: %q does not name the staged file ({{ .Staged }}): it would check the live one", f, v.Command)
+		if staged, err := checkTemplate(v.Command); err != nil {
+			e.add("%s.command: %v", f, err)
+		} else if !staged {
+			e.add("%s.command: %q does not name the staged file ({{ .Staged }}): it would check the live one", f, v.Command)
 		}
 	}
-	return nil
 }
 
 // checkTemplate parses and executes a validator's command with sample

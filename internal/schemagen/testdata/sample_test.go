@@ -1,0 +1,6 @@
+package sample
+
+type notInTests struct {
+	// X is not read: a test file.
+	X int
+}
