@@ -513,7 +513,9 @@ func templateExecError(name string, err error) error {
 }
 
 func templateMsg(name, msg string) string {
-	return strings.ReplaceAll(msg, strconv.Quote(templateTop), strconv.Quote(name))
+	msg = strings.ReplaceAll(msg, strconv.Quote(templateTop), strconv.Quote(name))
+	// "unclosed action started at NAME:2": the name is the file's already.
+	return strings.ReplaceAll(msg, templateTop+":", "line ")
 }
 
 // cutTemplatePlace splits "template: \x00:LINE:COL: msg", "template:
@@ -1084,4 +1086,16 @@ func templateWithPort(port, addrs any) (any, error) {
 		out[i] = net.JoinHostPort(a, p)
 	}
 	return out, nil
+}
+
+// ParseTemplate parses a template with the functions rendering gives it,
+// running nothing: `config check` finds syntax errors and unknown functions
+// without the pod's environment or the cluster.
+func ParseTemplate(name string, src []byte) error {
+	r, cancel := newTemplateRun(context.Background(), TemplateOptions{})
+	defer cancel()
+	if _, err := template.New(templateTop).Option("missingkey=error").Funcs(r.funcs()).Parse(string(src)); err != nil {
+		return templateParseError(name, string(src), err)
+	}
+	return nil
 }

@@ -67,6 +67,12 @@ Commands:
   probe startup|readiness|liveness [--socket PATH] [--verbose]
                        ask the running agent over its Unix socket (exec
                        probes); exit 0 if the probe passes, 1 if not
+  config check [--kolla-config PATH]
+                       validate agent.yaml (--config), kolla's config.json
+                       and the templates they name, touching nothing; print
+                       every problem with its file and field (exit 1), or
+                       what the agent would do
+  config schema        print agent.yaml's JSON Schema (for editors)
   version              print the version
 
 With no command and kubernetes-entrypoint variables (DEPENDENCY_*, COMMAND) set,
@@ -186,6 +192,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return exitConfig
 		}
 		cmd = "init" // kubernetes-entrypoint drop-in
+	case "config":
+		return configCommand(g, args, stdout, stderr)
 	case "probe":
 		// After global flags (`--config X probe readiness`): only --config
 		// matters to the client, for probes.socket.

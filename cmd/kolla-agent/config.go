@@ -1,0 +1,71 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/kolla-agent/kolla-agent/agent"
+	"github.com/kolla-agent/kolla-agent/agent/config"
+)
+
+// configCommand is `kolla-agent config check|schema`: it reads files and
+// prints, nothing else (no logger, no cluster).
+func configCommand(g globals, args []string, stdout, stderr io.Writer) int {
+	sub := ""
+	if len(args) > 0 {
+		sub, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("kolla-agent config "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	g.register(fs)
+	var kolla string
+	switch sub {
+	case "check":
+		fs.StringVar(&kolla, "kolla-config", "", "kolla's config.json `PATH` (default: the one in /var/lib/kolla/config_files, if any)")
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent config check [--config PATH] [--kolla-config PATH]\n\nValidates agent.yaml, kolla's config.json and the templates they name without touching anything;\nprints every problem with its file and field (exit 1), or a summary of what the agent would do (exit 0).\n\n")
+			fs.PrintDefaults()
+		}
+	case "schema":
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent config schema\n\nPrints the JSON Schema of agent.yaml.\n")
+		}
+	default:
+		fmt.Fprintf(stderr, "kolla-agent config: want check or schema, not %q\n", sub)
+		return exitConfig
+	}
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "kolla-agent config %s: unexpected arguments %q\n", sub, fs.Args())
+		return exitConfig
+	}
+	if sub == "schema" {
+		stdout.Write(config.Schema())
+		return exitOK
+	}
+	a := agent.New(agent.Options{ConfigPath: g.config, Root: g.root, Version: version})
+	err := a.CheckConfig(agent.CheckOptions{Config: g.config, Kolla: kolla}, stdout)
+	if err == nil {
+		return exitOK
+	}
+	var cerr *agent.ConfigError
+	if !errors.As(err, &cerr) {
+		fmt.Fprintf(stderr, "kolla-agent config check: %v\n", err)
+		return exitConfig
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for _, l := range lines {
+		fmt.Fprintln(stderr, l)
+	}
+	s := "s"
+	if len(lines) == 1 {
+		s = ""
+	}
+	fmt.Fprintf(stderr, "%d problem%s: nothing was changed\n", len(lines), s)
+	return exitConfig
+}
