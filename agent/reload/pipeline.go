@@ -321,7 +321,10 @@ func (r *Reloader) check(ctx context.Context, hash string, files, good []render.
 		out, err := r.cfg.Exec(vctx, argv)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("%s: %s refused it: %v: %s", v.Dest, argv[0], err, strings.TrimSpace(out))
+			if o := strings.TrimSpace(out); o != "" && !strings.Contains(err.Error(), o) {
+				return fmt.Errorf("%s: %s refused it: %v: %s", v.Dest, argv[0], err, o)
+			}
+			return fmt.Errorf("%s: %s refused it: %v", v.Dest, argv[0], err)
 		}
 	}
 	return nil
