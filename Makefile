@@ -57,7 +57,7 @@ bench: tools build
 	$(GO) test -run '^$$' -bench . -count 1 -timeout 30m ./probes/...
 
 demo: build
-	bash examples/demo/demo.sh $(BIN)
+	bash examples/local/demo.sh $(BIN)
 
 # Start a local control plane in DIR (default .testenv); stop it with
 # `hack/testenv down DIR`.
@@ -66,3 +66,18 @@ testenv:
 
 clean:
 	rm -rf bin .testenv
+
+# The agent's whole job for the real Keystone (Debian's python3-keystone under
+# uWSGI, SQLite), no cluster: render, bootstrap, run, probes, the catalog,
+# reload, log shipping to a Fluent forward server, stop (~30 s).
+.PHONY: demo-keystone demo-cluster
+demo-keystone: build
+	bash hack/install-tools.sh services >/dev/null
+	bash hack/install-tools.sh fluent >/dev/null
+	bash examples/demo/keystone.sh $(BIN)
+
+# The keystone example on the local control plane (hack/testenv): the agent
+# as init container with its ServiceAccount, the bootstrap Job created once,
+# probes and EndpointSlices; the control plane is torn down (~30 s warm).
+demo-cluster: build tools
+	bash examples/demo/cluster.sh $(BIN)
