@@ -116,10 +116,9 @@ func TestExampleExposures(t *testing.T) {
 	}
 }
 
-// applyExample applies every object of the manifest at p (server-side,
-// namespaced objects into ns) and returns them as the API server has them;
-// with dryRun nothing is stored.
-func applyExample(t *testing.T, p, ns string, dryRun bool) []*unstructured.Unstructured {
+// exampleClients: what applies any example object to the test API server,
+// the Route's CRD installed first (as on OpenShift).
+func exampleClients(t *testing.T) (meta.RESTMapper, *dynamic.DynamicClient) {
 	t.Helper()
 	if err := s.env.InstallRouteCRD(ctxT(t)); err != nil {
 		t.Fatal(err)
@@ -128,8 +127,15 @@ func applyExample(t *testing.T, p, ns string, dryRun bool) []*unstructured.Unstr
 	if err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn := dynamic.NewForConfigOrDie(s.env.Admin())
+	return restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), dynamic.NewForConfigOrDie(s.env.Admin())
+}
+
+// applyExample applies every object of the manifest at p (server-side,
+// namespaced objects into ns) and returns them as the API server has them;
+// with dryRun nothing is stored.
+func applyExample(t *testing.T, p, ns string, dryRun bool) []*unstructured.Unstructured {
+	t.Helper()
+	mapper, dyn := exampleClients(t)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		t.Fatal(err)
@@ -469,15 +475,7 @@ func TestExampleKustomization(t *testing.T) {
 	})
 
 	t.Run("apply", func(t *testing.T) {
-		if err := s.env.InstallRouteCRD(ctxT(t)); err != nil {
-			t.Fatal(err)
-		}
-		dc, err := discovery.NewDiscoveryClientForConfig(s.env.Admin())
-		if err != nil {
-			t.Fatal(err)
-		}
-		mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-		dyn := dynamic.NewForConfigOrDie(s.env.Admin())
+		mapper, dyn := exampleClients(t)
 		ns := namespace(t)
 		for _, o := range objs {
 			o := o.DeepCopy()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/internal/keystone"
+	"github.com/kolla-agent/kolla-agent/internal/proc"
 )
 
 // keystoneInstance is a keystone config and database, made once for the
@@ -24,7 +25,7 @@ func childOf(t testing.TB, pid int) int {
 	t.Helper()
 	var found int
 	eventually(t, "the agent's child", func() bool {
-		if cs := childrenOf(pid); len(cs) > 0 {
+		if cs := proc.Children(pid); len(cs) > 0 {
 			found = cs[0]
 			return true
 		}

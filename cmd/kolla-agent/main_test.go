@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/kolla-agent/kolla-agent/internal/proc"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
 
@@ -144,31 +144,6 @@ func agentEnvWith(t testing.TB, ns string, manifests []string, extra ...rbacv1.P
 	}
 }
 
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 func startAgent(t testing.TB, env []string, args ...string) *agentProc {
 	t.Helper()
 	return startAgentCmd(t, exec.Command(s.bin, args...), env)
@@ -213,7 +188,7 @@ func startAgentCmd(t testing.TB, cmd *exec.Cmd, env []string) *agentProc {
 			// The service runs in its own process group: a killed agent
 			// would leave it running (as it does in a pod only until the
 			// container's PID namespace goes). Stop it with the agent.
-			for _, c := range childrenOf(a.cmd.Process.Pid) {
+			for _, c := range proc.Children(a.cmd.Process.Pid) {
 				syscall.Kill(-c, syscall.SIGKILL)
 				syscall.Kill(c, syscall.SIGKILL)
 			}

@@ -20,7 +20,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	_ "embed"
 	"errors"
@@ -52,6 +51,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
+	procfs "github.com/kolla-agent/kolla-agent/internal/proc"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
 
@@ -515,7 +515,7 @@ func (d *demo) start(ctx context.Context, name string, argv, env []string, dir s
 		// uWSGI's process group, for the cleanup should this program die.
 		go func() {
 			for range 100 {
-				if cs := childrenOf(a.cmd.Process.Pid); len(cs) > 0 {
+				if cs := procfs.Children(a.cmd.Process.Pid); len(cs) > 0 {
 					fmt.Fprintln(d.pgids, cs[0])
 					return
 				}
@@ -601,7 +601,7 @@ func (d *demo) cleanup() {
 		select {
 		case <-a.done:
 		case <-time.After(15 * time.Second):
-			for _, c := range childrenOf(a.cmd.Process.Pid) {
+			for _, c := range procfs.Children(a.cmd.Process.Pid) {
 				syscall.Kill(-c, syscall.SIGKILL)
 			}
 			a.cmd.Process.Kill()
@@ -611,30 +611,6 @@ func (d *demo) cleanup() {
 	if d.pgids != nil {
 		d.pgids.Close()
 	}
-}
-
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
-	var out []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		if f := strings.Fields(string(b[i+1:])); len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			out = append(out, n)
-		}
-	}
-	return out
 }
 
 // ---- the stand-in kubelet's probes ------------------------------------------
