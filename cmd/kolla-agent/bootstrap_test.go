@@ -516,7 +516,7 @@ func waitRun(t *testing.T, runs string, n int) (pod string, pid int) {
 // the new pods, and every phase is recorded once.
 func TestBootstrapUpgradePhases(t *testing.T) {
 	ns := namespace(t)
-	env := bootstrapEnv(t, ns, "create")
+	env := agentEnvWith(t, ns, []string{"examples/rbac/bootstrap-create.yaml", "examples/rbac/bootstrap-rollout.yaml"})
 	kube := s.env.Kubelet()
 	deps := client().AppsV1().Deployments(ns)
 	labels := map[string]string{"app": "keystone-api"}
@@ -775,7 +775,7 @@ func TestBootstrapSurvivesAPIServerKill(t *testing.T) {
 // Job ends the wait at once with exit 2.
 func TestBootstrapWaitMode(t *testing.T) {
 	ns := namespace(t)
-	env := bootstrapEnv(t, ns, "wait")
+	env := agentEnvWith(t, ns, []string{"examples/rbac/bootstrap-wait.yaml", "examples/rbac/bootstrap-condition.yaml"})
 	mkJob(t, ns, "neutron-db-sync", nil)
 	mkJob(t, ns, "neutron-ks-user", map[string]string{"application": "neutron", "component": "ks-user"})
 	cfg := agentYAML(t, fmt.Sprintf(`namespace: %s

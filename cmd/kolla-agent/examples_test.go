@@ -363,6 +363,7 @@ var notInKustomization = map[string]string{
 	"exposure/keystone-ingress.yaml":      "an alternative to exposure/keystone-nodeport.yaml (the same Service keystone, and an Ingress)",
 	"nova-conductor/pod.yaml":             "deployment.yaml's pod alone (TestExamplePodsValidate keeps them the same)",
 	"rbac/bootstrap-wait.yaml":            "a mode no service of the slice uses: not granted (least privilege)",
+	"rbac/bootstrap-condition.yaml":       "no service of the slice sets bootstrap.podCondition: not granted (least privilege)",
 	"rbac/reload-api.yaml":                "a mode no service of the slice uses: not granted (least privilege)",
 	"openstack-helm/":                     "an openstack-helm chart's keystone-api, an alternative to keystone/",
 }
@@ -780,6 +781,12 @@ func rolesFor(cfg *agentconfig.Config, templates []string) []string {
 		roles["kolla-agent-bootstrap-lease"] = true
 	case agentconfig.BootstrapWait:
 		roles["kolla-agent-bootstrap-wait"] = true
+	}
+	if cfg.Bootstrap.HasLater() {
+		roles["kolla-agent-bootstrap-rollout"] = true
+	}
+	if cfg.Bootstrap.PodCondition {
+		roles["kolla-agent-bootstrap-condition"] = true
 	}
 	exposure := cfg.Bootstrap.Endpoints != nil
 	for _, d := range cfg.Dependencies.Wait {

@@ -141,11 +141,11 @@ func (d *demo) run(ctx context.Context, testenvDir string) error {
 	if _, err := d.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return err
 	}
-	manifests := []string{"examples/rbac/bootstrap-create.yaml"}
+	manifests := []string{"examples/rbac/bootstrap-create.yaml", "examples/rbac/bootstrap-condition.yaml"}
 	if d.agentKC, err = d.env.AgentKubeconfigWith(ctx, ns, manifests); err != nil {
 		return err
 	}
-	d.out("applied %s and %s: ServiceAccount kolla-agent, Roles kolla-agent and kolla-agent-bootstrap-create", testenv.RBACManifest, manifests[0])
+	d.out("applied %s, %s and %s: ServiceAccount kolla-agent, Roles kolla-agent, kolla-agent-bootstrap-create and -condition (podCondition)", testenv.RBACManifest, manifests[0], manifests[1])
 	d.out("the agents authenticate as %s (kubeconfig %s)", testenv.AgentUser(ns), d.agentKC)
 	if err := d.canI(ctx); err != nil {
 		return err
