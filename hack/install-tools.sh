@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the real components the tests run against: etcd (Debian), kube-apiserver
-# and kube-controller-manager (built from the k8s.io/kubernetes Go module), CoreDNS
+# Installs the real components the tests run against: etcd 3.6 (built from the
+# go.etcd.io/etcd/server/v3 Go module) and Debian's etcd 3.4 (TESTENV_ETCD=debian),
+# kube-apiserver and kube-controller-manager (built from the k8s.io/kubernetes Go module), CoreDNS
 # (a trimmed build with only the plugins the tests use), rsyslog, the OpenStack
 # services and RabbitMQ that probe tests run (Debian), and kubelet-atomic-writer
 # (the kubelet's ConfigMap volume writer, from the same k8s.io/kubernetes module),
@@ -11,6 +12,14 @@
 set -euo pipefail
 
 K8S_VERSION=${K8S_VERSION:-v1.36.3}
+# The etcd minor kubeadm pairs with Kubernetes 1.36 (its DefaultEtcdVersion,
+# cmd/kubeadm/app/constants, is 3.6.8), at the newest 3.6 patch. Built as
+# bin/etcd-$ETCD_VERSION; internal/testenv's EtcdVersion names the same
+# default (a test keeps them in step), TESTENV_ETCD=vX.Y.Z another build.
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+# Bump when the etcd build recipe below changes, so a cached build from an
+# older recipe is rebuilt once.
+ETCD_RECIPE=r1
 COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 # Bump when the trimmed CoreDNS recipe below changes (plugins, directives), so a
 # cached build from an older recipe is rebuilt once.
@@ -44,11 +53,59 @@ apt_install() {
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# Both etcds: the build the control plane runs by default, and Debian's.
 install_etcd() {
-	if [ ! -x "$BIN/etcd" ]; then
+	install_etcd_debian
+	install_etcd_build
+}
+
+# Debian's etcd 3.4 (package etcd-server), which internal/testenv runs with
+# TESTENV_ETCD=debian, linked as bin/etcd-debian.
+install_etcd_debian() {
+	if [ ! -x "$BIN/etcd-debian" ]; then
 		apt_install etcd-server
-		ln -sf "$(command -v etcd || echo /usr/bin/etcd)" "$BIN/etcd"
+		ln -sf "$(command -v etcd || echo /usr/bin/etcd)" "$BIN/etcd-debian"
 	fi
+}
+
+# etcd $ETCD_VERSION, as kube-apiserver is built: a throwaway module whose
+# main is etcd's own (etcdmain.Main), static, as bin/etcd-$ETCD_VERSION.
+install_etcd_build() {
+	local name="etcd-$ETCD_VERSION"
+	local stamp="$BIN/.$name-$ETCD_RECIPE"
+	[ -f "$stamp" ] && [ -x "$BIN/$name" ] && return 0
+	local dir="$CACHE/build/etcd-$ETCD_VERSION"
+	mkdir -p "$dir"
+	log "building etcd $ETCD_VERSION (go.etcd.io/etcd/server/v3)"
+	(
+		cd "$dir"
+		cat >go.mod <<-EOF
+			module kolla-agent.test/etcdbuild
+
+			go 1.24
+
+			require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+		EOF
+		cat >main.go <<-'EOF'
+			// etcd, exactly as etcd's own server/main.go starts it.
+			package main
+
+			import (
+				"os"
+
+				"go.etcd.io/etcd/server/v3/etcdmain"
+			)
+
+			func main() { etcdmain.Main(os.Args) }
+		EOF
+		GOFLAGS=-mod=mod go mod tidy >/dev/null
+		# etcd's release script sets GitSHA; say where this build came from instead.
+		CGO_ENABLED=0 go build -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=module-$ETCD_VERSION" \
+			-o "$BIN/$name.tmp" .
+		mv -f "$BIN/$name.tmp" "$BIN/$name"
+	)
+	rm -f "$BIN/.$name"-r*
+	touch "$stamp"
 }
 
 install_rsyslog() {

@@ -116,8 +116,8 @@ func benchWindow() time.Duration {
 
 // API requests per minute while waiting, from the audit log, agent and
 // baseline side by side in the same window. The agent's one-time sync (a
-// LIST and WATCH per dependency, after a watch-list attempt that the local
-// etcd 3.4 refuses) is reported apart from the steady state.
+// LIST, then a WATCH from its resourceVersion, per dependency) is reported
+// apart from the steady state.
 func BenchmarkAPIRequestsWhileWaiting(b *testing.B) {
 	window := benchWindow()
 	for range b.N {

@@ -31,7 +31,7 @@ const controllers = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-l
 // wrapping errPortClash ends the wait at once. On failure the process is
 // stopped, so the caller only ever records ready processes.
 func (e *Env) launch(ctx context.Context, name string, args []string, ready func(context.Context, *proc.Process) error) (*proc.Process, error) {
-	p, err := startProcess(name, filepath.Join(e.bin, name), args, e.Dir, e.path(name+".log"), e.detach)
+	p, err := startProcess(name, e.binary(name), args, e.Dir, e.path(name+".log"), e.detach)
 	if err != nil {
 		return nil, err
 	}
@@ -70,6 +70,15 @@ func retryOnPortClash(start func() (*proc.Process, error)) (*proc.Process, error
 	return nil, err
 }
 
+// binary is the path of a component's executable: etcd's depends on
+// TESTENV_ETCD, the others are named after the component.
+func (e *Env) binary(name string) string {
+	if name == Etcd {
+		return filepath.Join(e.bin, etcdBinary(e.Etcd.Source))
+	}
+	return filepath.Join(e.bin, name)
+}
+
 // freePort returns a loopback port that is free now (for UDP too, when
 // withUDP is set). The component binds it a moment later; retryOnPortClash
 // and ownsDNSPort deal with losing that race.
@@ -97,28 +106,7 @@ func freePort(withUDP bool) (int, error) {
 func (e *Env) startEtcd(ctx context.Context) (*proc.Process, error) {
 	client := "http://127.0.0.1:" + strconv.Itoa(e.ports.EtcdClient)
 	peer := "http://127.0.0.1:" + strconv.Itoa(e.ports.EtcdPeer)
-	args := []string{
-		"--name=testenv",
-		"--data-dir=" + e.path(dirEtcdData),
-		"--listen-client-urls=" + client,
-		"--advertise-client-urls=" + client,
-		"--listen-peer-urls=" + peer,
-		"--initial-advertise-peer-urls=" + peer,
-		"--initial-cluster=testenv=" + peer,
-		"--listen-metrics-urls=",
-		// Throwaway data: fsync only costs time (3.4.23 accepts it though
-		// its --help does not list it).
-		"--unsafe-no-fsync",
-		// etcd 3.4 lacks on-demand progress requests, so without periodic
-		// progress notifications the API server's watch cache of a quiet
-		// resource never learns it is current, and every watch from
-		// resourceVersion "" stalls 3 s. 100 ms costs about a tenth of a
-		// core while idle.
-		"--experimental-watch-progress-notify-interval=100ms",
-		"--logger=zap",
-		"--log-outputs=stderr",
-	}
-	return e.launch(ctx, Etcd, args, func(ctx context.Context, _ *proc.Process) error {
+	return e.launch(ctx, Etcd, e.etcdArgs(client, peer), func(ctx context.Context, _ *proc.Process) error {
 		return e.get(ctx, client+"/health", `"health":"true"`)
 	})
 }

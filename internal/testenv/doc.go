@@ -1,6 +1,8 @@
 // Package testenv runs a real, local Kubernetes control plane for tests:
 // etcd, kube-apiserver, kube-controller-manager and CoreDNS, as separate
 // processes on loopback ports, with binaries built by hack/install-tools.sh.
+// etcd is EtcdVersion (3.6, built from its Go module) unless TESTENV_ETCD
+// picks another (EtcdEnv), such as Debian's 3.4; Env.Etcd says which runs.
 //
 // What it guarantees:
 //   - Start returns only when the API server is ready, the ServiceAccount

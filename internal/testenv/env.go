@@ -53,6 +53,9 @@ type Env struct {
 	ClusterDomain string
 	// AuditLog is the API server's audit log (JSON lines, Metadata level).
 	AuditLog string
+	// Etcd is the etcd it runs: the build of EtcdVersion, or another that
+	// TESTENV_ETCD names (see EtcdEnv).
+	Etcd EtcdInfo
 
 	bin    string
 	detach bool
@@ -85,10 +88,11 @@ func CacheDir() string {
 // hack/install-tools.sh puts them there.
 func BinDir() string { return filepath.Join(CacheDir(), "bin") }
 
-// Start starts etcd, kube-apiserver, kube-controller-manager and CoreDNS on
-// free loopback ports with their files in dir, and returns once the API
-// server is ready, the controller manager has created the default
-// ServiceAccount and CoreDNS answers from the API. The components die with
+// Start starts etcd (EtcdEnv says which), kube-apiserver,
+// kube-controller-manager and CoreDNS on free loopback ports with their
+// files in dir, and returns once the API server is ready, the controller
+// manager has created the default ServiceAccount and CoreDNS answers from
+// the API. The components die with
 // the calling process; call Stop when done. Files of an earlier Env in dir
 // are replaced (that Env must be stopped).
 func Start(dir string) (*Env, error) { return start(dir, false) }
@@ -103,13 +107,17 @@ func start(dir string, detach bool) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
-	bin := BinDir()
+	source, err := etcdSource()
+	if err != nil {
+		return nil, fmt.Errorf("testenv: %w", err)
+	}
+	e := newEnv(abs, BinDir(), detach)
+	e.Etcd.Source = source
 	for _, name := range components() {
-		if _, err := exec.LookPath(filepath.Join(bin, name)); err != nil {
-			return nil, fmt.Errorf("testenv: %s is not installed in %s (run hack/install-tools.sh): %w", name, bin, err)
+		if _, err := exec.LookPath(e.binary(name)); err != nil {
+			return nil, fmt.Errorf("testenv: %s is not installed (run hack/install-tools.sh): %w", e.binary(name), err)
 		}
 	}
-	e := newEnv(abs, bin, detach)
 	if err := e.prepare(); err != nil {
 		return nil, fmt.Errorf("testenv: prepare %s: %w", abs, err)
 	}
@@ -185,6 +193,9 @@ func (e *Env) startAll(ctx context.Context) error {
 		return err
 	}
 	e.procs[Etcd] = etcd
+	if err := e.readEtcdVersion(ctx); err != nil {
+		return err
+	}
 	apiserver, err := retryOnPortClash(func() (*proc.Process, error) {
 		var err error
 		if e.ports.APIServer, err = freePort(false); err != nil {
@@ -266,7 +277,7 @@ func (e *Env) writeUserFiles() error {
 		shellQuote(e.Kubeconfig), e.DNSAddr, e.ClusterDomain)
 	return errors.Join(
 		writeFile(e.path(fileEnv), []byte(env), 0o644),
-		writeState(e.path(fileState), state{Ports: e.ports, Bin: e.bin, Detached: e.detach, Token: e.tokens[userAdmin]}),
+		writeState(e.path(fileState), state{Ports: e.ports, Bin: e.bin, Detached: e.detach, Token: e.tokens[userAdmin], Etcd: e.Etcd}),
 		e.writePids(),
 	)
 }
@@ -300,6 +311,7 @@ func Open(dir string) (*Env, error) {
 	}
 	e := newEnv(abs, st.Bin, st.Detached)
 	e.ports = st.Ports
+	e.Etcd = st.Etcd
 	e.DNSAddr = e.dnsAddr()
 	e.tokens = map[string]string{userAdmin: st.Token}
 	for _, pe := range pids {

@@ -57,10 +57,11 @@ const (
 
 // state is what Open needs to find a running Env again.
 type state struct {
-	Ports    ports  `json:"ports"`
-	Bin      string `json:"bin"`
-	Detached bool   `json:"detached"`
-	Token    string `json:"token"`
+	Ports    ports    `json:"ports"`
+	Bin      string   `json:"bin"`
+	Detached bool     `json:"detached"`
+	Token    string   `json:"token"`
+	Etcd     EtcdInfo `json:"etcd"`
 }
 
 type ports struct {

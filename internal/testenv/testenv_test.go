@@ -3,9 +3,11 @@ package testenv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -571,4 +573,83 @@ func readPids(t *testing.T, dir string) []int {
 		t.Fatalf("pids file: %q", b)
 	}
 	return pids
+}
+
+// The default etcd is the version hack/install-tools.sh builds, and the
+// running etcd is the one TESTENV_ETCD asked for.
+func TestEtcdVersion(t *testing.T) {
+	script, err := os.ReadFile("../../hack/install-tools.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^ETCD_VERSION=\$\{ETCD_VERSION:-(v[0-9.]+)\}$`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal("hack/install-tools.sh sets no ETCD_VERSION default")
+	}
+	if string(m[1]) != testenv.EtcdVersion {
+		t.Errorf("hack/install-tools.sh builds etcd %s, testenv.EtcdVersion is %s", m[1], testenv.EtcdVersion)
+	}
+	t.Logf("running %s", env.Etcd)
+	switch want := os.Getenv(testenv.EtcdEnv); {
+	case want == testenv.EtcdDebian:
+		if env.Etcd.Source != want || !strings.HasPrefix(env.Etcd.Version, "3.") {
+			t.Errorf("%s=%s runs %+v", testenv.EtcdEnv, want, env.Etcd)
+		}
+	default:
+		if want == "" {
+			want = testenv.EtcdVersion
+		}
+		if env.Etcd.Source != want || "v"+env.Etcd.Version != want {
+			t.Errorf("%s=%q runs %+v, want etcd %s", testenv.EtcdEnv, os.Getenv(testenv.EtcdEnv), env.Etcd, want)
+		}
+	}
+}
+
+// What the API server can serve depends on its etcd: with on-demand
+// progress requests (etcd 3.6) it streams a watch-list (sendInitialEvents)
+// from its watch cache, ending the initial events with a bookmark; without
+// them (Debian's 3.4.23) it refuses the stream, and clients fall back to
+// LIST+WATCH.
+func TestWatchListFollowsEtcd(t *testing.T) {
+	ctx := testCtx(t)
+	ns := env.Namespace(t)
+	cms := env.Client().CoreV1().ConfigMaps(ns)
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := cms.Watch(ctx, metav1.ListOptions{
+		FieldSelector:        "metadata.name=a", // not the controller manager's kube-root-ca.crt
+		SendInitialEvents:    new(true),
+		AllowWatchBookmarks:  true,
+		ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var got []string
+	for ev := range w.ResultChan() {
+		switch o := ev.Object.(type) {
+		case *corev1.ConfigMap:
+			got = append(got, string(ev.Type)+" "+o.Name)
+			if ev.Type == "BOOKMARK" && o.Annotations[metav1.InitialEventsAnnotationKey] == "true" {
+				got[len(got)-1] = "BOOKMARK initial-events-end"
+			}
+		case *metav1.Status:
+			got = append(got, string(ev.Type)+" "+o.Message)
+		default:
+			got = append(got, fmt.Sprintf("%s %T", ev.Type, o))
+		}
+		if ev.Type != "ADDED" {
+			break
+		}
+	}
+	t.Logf("on %s: %q", env.Etcd, got)
+	if env.Etcd.ProgressRequests() {
+		if !slices.Equal(got, []string{"ADDED a", "BOOKMARK initial-events-end"}) {
+			t.Errorf("watch-list on %s: %q, want the ConfigMap and the initial-events-end bookmark", env.Etcd, got)
+		}
+	} else if len(got) != 1 || !strings.HasPrefix(got[0], "ERROR ") || !strings.Contains(got[0], "RequestWatchProgress") {
+		t.Errorf("watch-list on %s: %q, want it refused for lack of RequestWatchProgress", env.Etcd, got)
+	}
 }

@@ -37,6 +37,8 @@ func run(m *testing.M, setup func(*Env)) int {
 	if testing.Verbose() {
 		fmt.Fprintf(os.Stderr, "testenv: control plane started in %.1fs in %s\n", time.Since(began).Seconds(), dir)
 	}
+	// Always: which etcd ran is what a failure's reader asks first.
+	fmt.Fprintf(os.Stderr, "testenv: %s\n", env.Etcd)
 	setup(env)
 	code := m.Run()
 	if err := env.Stop(); err != nil {

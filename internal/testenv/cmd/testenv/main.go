@@ -1,5 +1,6 @@
 // Command testenv starts and stops the local control plane for developers:
-// hack/testenv runs it. "up DIR" leaves etcd, kube-apiserver,
+// hack/testenv runs it. "up DIR" leaves etcd (TESTENV_ETCD picks which:
+// see testenv.EtcdEnv), kube-apiserver,
 // kube-controller-manager and CoreDNS running after it exits; "down DIR"
 // stops exactly the processes recorded in DIR/pids.
 package main
@@ -46,7 +47,7 @@ func up(dir string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := env.Healthy(ctx); err == nil {
-			fmt.Printf("testenv: already running in %s\n", env.Dir)
+			fmt.Printf("testenv: already running in %s, %s\n", env.Dir, env.Etcd)
 			printUsage(env)
 			return nil
 		} else {
@@ -64,7 +65,7 @@ func up(dir string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("testenv: control plane up in %s (%.1fs)\n", env.Dir, time.Since(start).Seconds())
+	fmt.Printf("testenv: control plane up in %s (%.1fs), %s\n", env.Dir, time.Since(start).Seconds(), env.Etcd)
 	printUsage(env)
 	return nil
 }
