@@ -188,12 +188,31 @@ func (s *Shipper) Run(ctx context.Context) error {
 		return fmt.Errorf("logs: inotify: %w", err)
 	}
 	defer w.Close()
+	// watched: the directories whose inotify watch holds. Lines written
+	// to a file in one are seen at once; a file elsewhere (a glob with a
+	// wildcard directory whose watch failed) is looked at every tick.
+	watched := map[string]bool{}
+	watchAll := func() (all bool) {
+		all = true
+		for p := range s.files {
+			d := filepath.Dir(p)
+			if !watched[d] {
+				watched[d] = w.Add(d) == nil
+				all = all && watched[d]
+			}
+		}
+		return all
+	}
 	for _, f := range s.cfg.Files {
 		w.Add(filepath.Dir(f.Glob)) // a directory that is not there yet is found by the rescan
 	}
 	s.expand()
+	allWatched := watchAll()
 	rescan := time.NewTicker(s.cfg.Rescan)
 	defer rescan.Stop()
+	// The tick is needed only while a record is being grouped (to flush it
+	// after Idle) or a file is not under a watch: an idle agent does not
+	// wake for it. A ticker nobody receives from costs nothing.
 	tick := time.NewTicker(s.cfg.Idle / 2)
 	defer tick.Stop()
 	backoff := 100 * time.Millisecond
@@ -213,26 +232,43 @@ func (s *Shipper) Run(ctx context.Context) error {
 		}
 		s.succeeded()
 		backoff = 100 * time.Millisecond
+		var tickC <-chan time.Time
+		if !allWatched || s.grouping() {
+			tickC = tick.C
+		}
 		select {
 		case <-ctx.Done():
 		case ev := <-w.Events:
-			if ev.Has(fsnotify.Create) {
-				s.follow(ev.Name) // a new file, at once (nil if no glob matches it)
+			if ev.Has(fsnotify.Create) && s.follow(ev.Name) != nil { // a new file, at once
+				allWatched = watchAll()
 			}
 		case err := <-w.Errors:
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
 				s.expand()
+				allWatched = watchAll()
 			}
 		case <-rescan.C:
 			s.expand()
 			for _, f := range s.cfg.Files {
 				w.Add(filepath.Dir(f.Glob))
 			}
-		case <-tick.C:
+			allWatched = watchAll()
+		case <-tickC:
 		}
 	}
 	s.drain(ctx)
 	return nil
+}
+
+// grouping reports whether a record is being grouped in some file: it is
+// flushed once nothing followed it for Idle.
+func (s *Shipper) grouping() bool {
+	for _, sh := range s.files {
+		if sh.g.open {
+			return true
+		}
+	}
+	return false
 }
 
 // drain is the last pass, once parent has ended: bounded by Drain,

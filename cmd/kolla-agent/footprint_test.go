@@ -40,7 +40,7 @@ import (
 // an idle agent may have are derived from them (wakeupModel).
 type footprintPeriods struct {
 	check        time.Duration // probes.checks[].period, each of the 4 checks
-	logsIdle     time.Duration // logs.multiline.idle: the shipper ticks at half of it
+	logsIdle     time.Duration // logs.multiline.idle: the shipper ticks at half of it while grouping
 	logsRescan   time.Duration // logs.rescan
 	reloadRescan time.Duration // reload.rescan
 }
@@ -65,7 +65,8 @@ func (p footprintPeriods) wakeupModel() []wakeupSource {
 	return []wakeupSource{
 		{"agent's own loop (liveness beat, drain file)", 1, "probes.Config.Tick, 1s"},
 		{"4 checks", 4 * per(p.check), "4 / probes.checks[].period " + p.check.String()},
-		{"log shipper tick", 2 * per(p.logsIdle), "2 / logs.multiline.idle " + p.logsIdle.String()},
+		// The shipper's tick (half of logs.multiline.idle) runs only while
+		// a record is being grouped or a file is under no watch: not idle.
 		{"log glob rescan", per(p.logsRescan), "1 / logs.rescan " + p.logsRescan.String()},
 		{"reload volume rescan", per(p.reloadRescan), "1 / reload.rescan " + p.reloadRescan.String()},
 		// amqp091-go's heartbeater ticks every negotiated interval (the
