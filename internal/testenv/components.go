@@ -133,6 +133,10 @@ func (e *Env) startAPIServer(ctx context.Context) (*proc.Process, error) {
 		"--audit-log-path=" + e.AuditLog,
 		"--audit-log-format=json",
 		"--audit-log-mode=blocking", // each event is on disk before the response
+		// One file for the env's life: 0 would still mean lumberjack's
+		// 100 MB rotation, which a 500-agent benchmark passes, and
+		// Requests reads only this file.
+		"--audit-log-maxsize=100000",
 		// 127.0.0.1 is not a valid endpoint address: the default reconciler
 		// fails every 10 s writing it into the "kubernetes" Service's
 		// Endpoints. Nothing here needs those endpoints.
