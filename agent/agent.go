@@ -135,31 +135,21 @@ func (a *Agent) path(p string) string {
 // kubernetes-entrypoint's DEPENDENCY_* variables make the agent its drop-in;
 // else agent.yaml at its default path; else the embedded default.
 func (a *Agent) LoadPlan() (*Plan, error) {
-	var cfg *config.Config
-	var source string
-	switch {
-	case a.opts.ConfigPath != "":
-		c, err := config.Load(a.path(a.opts.ConfigPath))
-		if err != nil {
-			return nil, configErr("%v", err)
-		}
-		cfg, source = c, a.opts.ConfigPath
-	case entrypoint.Present(a.opts.LookupEnv):
+	if a.opts.ConfigPath == "" && entrypoint.Present(a.opts.LookupEnv) {
 		return a.entrypointPlan()
-	default:
-		c, err := config.Load(a.path(config.DefaultPath))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			if c, err = config.Default(); err != nil {
-				return nil, err // the embedded default is tested; cannot happen
-			}
-			source = "embedded default"
-		case err != nil:
-			return nil, configErr("%v", err)
-		default:
-			source = config.DefaultPath
-		}
-		cfg = c
+	}
+	path, source, b, err := a.readConfig(a.opts.ConfigPath)
+	if err != nil {
+		return nil, configErr("%v", err)
+	}
+	var cfg *config.Config
+	if b == nil {
+		cfg, err = config.Default()
+	} else {
+		cfg, err = config.Parse(path, b)
+	}
+	if err != nil {
+		return nil, configErr("%v", err)
 	}
 	deps, err := cfg.Deps()
 	if err != nil {
@@ -181,6 +171,23 @@ func (a *Agent) LoadPlan() (*Plan, error) {
 	}
 	a.finish(p)
 	return p, nil
+}
+
+// readConfig reads agent.yaml at explicit, else at its default path (both
+// under --root); with neither given nor there, b is nil and the embedded
+// default applies. path is the file as this host sees it, source as the
+// pod does, for logs.
+func (a *Agent) readConfig(explicit string) (path, source string, b []byte, err error) {
+	source = explicit
+	if source == "" {
+		source = config.DefaultPath
+	}
+	path = a.path(source)
+	b, err = os.ReadFile(path)
+	if explicit == "" && errors.Is(err, fs.ErrNotExist) {
+		return "", "embedded default", nil, nil
+	}
+	return path, source, b, err
 }
 
 func (a *Agent) entrypointPlan() (*Plan, error) {

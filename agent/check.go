@@ -35,29 +35,16 @@ type CheckOptions struct {
 // from the same ConfigMap, so a check on a workstation still parses them.
 func (a *Agent) CheckConfig(o CheckOptions, w io.Writer) error {
 	var problems []string
-	add := func(err error) {
-		for _, l := range strings.Split(err.Error(), "\n") {
-			if l = strings.TrimSpace(l); l != "" {
-				problems = append(problems, l)
-			}
-		}
-	}
+	add := func(err error) { problems = append(problems, config.Problems(err)...) }
 
-	path, source := o.Config, o.Config
-	if path == "" {
-		path, source = a.path(config.DefaultPath), config.DefaultPath
-	} else {
-		path = a.path(path)
-	}
 	var cfg *config.Config
-	b, err := os.ReadFile(path)
+	path, source, b, err := a.readConfig(o.Config)
 	switch {
-	case o.Config == "" && errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+	case b == nil:
 		cfg, err = config.Default()
 		source = "(embedded default: no " + config.DefaultPath + ")"
-	case errors.Is(err, fs.ErrNotExist):
-		err = fmt.Errorf("%s: no such file", source)
-	case err == nil:
+	default:
 		cfg, err = config.Inspect(path, b)
 	}
 	if err != nil {
@@ -253,26 +240,22 @@ func ownerPerm(owner, perm string) string {
 
 // checkType names a check's type and its target.
 func checkType(ch *config.Check) string {
+	kind := strings.Join(ch.Types(), "+") // one in a valid config
 	switch {
-	case ch.Process != nil:
-		return "process"
 	case ch.TCP != nil:
-		return "tcp " + ch.TCP.Address
+		return kind + " " + ch.TCP.Address
 	case ch.HTTP != nil:
 		if u, err := url.Parse(ch.HTTP.URL); err == nil {
-			return "http " + u.Redacted()
+			return kind + " " + u.Redacted()
 		}
-		return "http"
-	case ch.Exec != nil:
-		return "exec"
 	case ch.Connections != nil:
-		return fmt.Sprintf("connections to ports %v", ch.Connections.Ports)
+		return fmt.Sprintf("%s to ports %v", kind, ch.Connections.Ports)
 	case ch.File != nil:
-		return "file " + ch.File.Path
+		return kind + " " + ch.File.Path
 	case ch.Dependency != nil:
-		return "dependency " + ch.Dependency.Wait
+		return kind + " " + ch.Dependency.Wait
 	case ch.RPC != nil:
-		return "rpc topic " + ch.RPC.Topic
+		return kind + " topic " + ch.RPC.Topic
 	}
-	return "?"
+	return kind
 }

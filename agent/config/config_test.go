@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -235,4 +236,20 @@ func checkStructureWalk(t *testing.T, b []byte) {
 	case !strictOK && len(found) == 0:
 		t.Fatalf("strict decoding refuses %q (%v), the walk finds nothing", b, strictErr)
 	}
+}
+
+// structureProblems reports what the walk finds wrong in a YAML document,
+// without validating values (tests compare it with strict decoding).
+func structureProblems(b []byte) ([]string, error) {
+	j, err := yaml.YAMLToJSON(b)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := genericJSON(j)
+	if err != nil {
+		return nil, err
+	}
+	var e problems
+	(&walker{e: &e}).value(doc, reflect.TypeFor[Config](), "", "", true)
+	return e.list, nil
 }

@@ -76,22 +76,6 @@ func genericJSON(j []byte) (any, error) {
 	return doc, err
 }
 
-// structureProblems reports what the walk finds wrong in a YAML document,
-// without validating values (tests compare it with strict decoding).
-func structureProblems(b []byte) ([]string, error) {
-	j, err := yaml.YAMLToJSON(b)
-	if err != nil {
-		return nil, err
-	}
-	doc, err := genericJSON(j)
-	if err != nil {
-		return nil, err
-	}
-	var e problems
-	(&walker{e: &e}).value(doc, reflect.TypeFor[Config](), "", "", true)
-	return e.list, nil
-}
-
 // decodeErrs reports whether an entry of dependencies.wait kept an error of
 // its own decoding (its UnmarshalJSON does not fail, so as to keep the path).
 func (d *Dependencies) decodeErrs() bool {

@@ -257,21 +257,7 @@ func validateCheck(e *problems, f string, ch *Check, seen map[string]int, i int)
 	if ch.SuccessThreshold < 0 {
 		e.add("%s.successThreshold: negative", f)
 	}
-	var types []string
-	add := func(name string, set bool) {
-		if set {
-			types = append(types, name)
-		}
-	}
-	add("process", ch.Process != nil)
-	add("tcp", ch.TCP != nil)
-	add("http", ch.HTTP != nil)
-	add("exec", ch.Exec != nil)
-	add("connections", ch.Connections != nil)
-	add("file", ch.File != nil)
-	add("dependency", ch.Dependency != nil)
-	add("rpc", ch.RPC != nil)
-	switch len(types) {
+	switch types := ch.Types(); len(types) {
 	case 0:
 		e.add("%s: no check type (want one of process, tcp, http, exec, connections, file, dependency, rpc)", f)
 	case 1:
@@ -417,6 +403,24 @@ const (
 	DefaultCheckPeriod  = 10 * time.Second
 	DefaultCheckTimeout = 2 * time.Second
 )
+
+// Types names the check types the entry sets: one in a valid config.
+func (ch *Check) Types() []string {
+	var types []string
+	for _, t := range []struct {
+		name string
+		set  bool
+	}{
+		{"process", ch.Process != nil}, {"tcp", ch.TCP != nil}, {"http", ch.HTTP != nil},
+		{"exec", ch.Exec != nil}, {"connections", ch.Connections != nil}, {"file", ch.File != nil},
+		{"dependency", ch.Dependency != nil}, {"rpc", ch.RPC != nil},
+	} {
+		if t.set {
+			types = append(types, t.name)
+		}
+	}
+	return types
+}
 
 // CheckTiming is a check's period, timeout and thresholds, defaulted.
 func (ch *Check) CheckTiming() (period, timeout time.Duration, failure, success int) {

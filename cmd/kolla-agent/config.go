@@ -5,7 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
+	"regexp"
+	"strconv"
 
 	"github.com/kolla-agent/kolla-agent/agent"
 	"github.com/kolla-agent/kolla-agent/agent/config"
@@ -58,14 +59,22 @@ func configCommand(g globals, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kolla-agent config check: %v\n", err)
 		return exitConfig
 	}
-	lines := strings.Split(err.Error(), "\n")
-	for _, l := range lines {
+	n := 0
+	for _, l := range config.Problems(err) {
 		fmt.Fprintln(stderr, l)
+		n++
+		if m := moreProblems.FindStringSubmatch(l); m != nil { // "FILE: and 7 more"
+			more, _ := strconv.Atoi(m[1])
+			n += more - 1
+		}
 	}
 	s := "s"
-	if len(lines) == 1 {
+	if n == 1 {
 		s = ""
 	}
-	fmt.Fprintf(stderr, "%d problem%s: nothing was changed\n", len(lines), s)
+	fmt.Fprintf(stderr, "%d problem%s: nothing was changed\n", n, s)
 	return exitConfig
 }
+
+// moreProblems is the line that counts the problems past those listed.
+var moreProblems = regexp.MustCompile(`: and (\d+) more$`)
