@@ -392,7 +392,7 @@ func (a *Agent) kubeClient() (*discovery.Kube, error) {
 	if err != nil || rc == nil {
 		return nil, err
 	}
-	if a.kube, err = discovery.NewKube(rc); err != nil {
+	if a.kube, err = discovery.NewKube(rc, a.log); err != nil {
 		return nil, configErr("kubernetes client: %v", err)
 	}
 	return a.kube, nil

@@ -42,7 +42,7 @@ func TestMetricNamesLintedAndDocumented(t *testing.T) {
 	a.metrics.dutyFailures.WithLabelValues("probe-server").Add(0)
 	// The bootstrap's: a wait-mode step against an API that is not there
 	// reports waiting, then failed.
-	kube, err := discovery.NewKube(&rest.Config{Host: "http://127.0.0.1:1"})
+	kube, err := discovery.NewKube(&rest.Config{Host: "http://127.0.0.1:1"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

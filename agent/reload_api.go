@@ -141,14 +141,15 @@ func (s *apiSource) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, v := range s.vols {
 		wg.Go(func() {
-			sets := s.kube.Observe(ctx, configMapsGVR, s.ns, discovery.Selector{Name: v.configMap}, func(op string, err error) {
+			obs := s.kube.Observe(ctx, configMapsGVR, s.ns, discovery.Selector{Name: v.configMap}, func(op string, err error) {
 				s.a.log.Warn("reload: watching a ConfigMap through the API; the volume is the fallback", "configmap", v.configMap, "op", op, "error", err.Error())
 			})
+			obs.Follow() // followed for the pod's life
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case set := <-sets:
+				case set := <-obs.C:
 					if len(set) == 1 {
 						s.update(v, set[0])
 					}

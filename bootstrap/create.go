@@ -57,7 +57,7 @@ func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries 
 				return fmt.Errorf("%w: %s", ErrFailed, failed)
 			}
 			return timedOut(ctx, s, last)
-		case set = <-jobs:
+		case set = <-jobs.Next():
 		}
 		v := decide(set)
 		if v.latest != nil {

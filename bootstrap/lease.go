@@ -65,8 +65,9 @@ func (l *Lease) Acquire(ctx context.Context) (held context.Context, release func
 	}
 	held, r.cancelHeld = context.WithCancelCause(ctx)
 	loopCtx, stop := context.WithCancel(ctx)
-	sets := l.Kube.Observe(loopCtx, LeaseGVR, l.Namespace, discovery.Selector{Name: l.Name}, l.OnTrouble)
-	go r.loop(loopCtx, stop, sets)
+	obs := l.Kube.Observe(loopCtx, LeaseGVR, l.Namespace, discovery.Selector{Name: l.Name}, l.OnTrouble)
+	obs.Follow() // the lock follows its Lease while it runs: a holder must see a takeover
+	go r.loop(loopCtx, stop, obs.C)
 
 	var once sync.Once
 	release = func() {

@@ -19,7 +19,7 @@ import (
 
 func leaseKube(t *testing.T) *discovery.Kube {
 	t.Helper()
-	k, err := discovery.NewKube(env.Admin())
+	k, err := discovery.NewKube(env.Admin(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,12 @@ func (c *Coordinator) Lease(ctx context.Context, s Step, o LeaseOptions, run fun
 		trouble := func(op string, err error) {
 			c.report(s, Waiting, "", "API %s of configmap %s: %v", op, RecordName(c.cfg.Name), err)
 		}
-		for set := range c.cfg.Kube.Observe(ctx, configMapsGVR, c.cfg.Namespace, discovery.Selector{Name: RecordName(c.cfg.Name)}, trouble) {
+		record := c.cfg.Kube.Observe(ctx, configMapsGVR, c.cfg.Namespace, discovery.Selector{Name: RecordName(c.cfg.Name)}, trouble)
+		for {
+			set, ok := <-record.Next()
+			if !ok {
+				return
+			}
 			for _, u := range set {
 				if e, _ := entryOf(u, s); e != nil {
 					recorded <- e

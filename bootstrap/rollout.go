@@ -237,7 +237,7 @@ func (c *Coordinator) WaitRollout(ctx context.Context, s Step, pod string, given
 		gvr = statefulSetGVR
 	}
 	what := r.owner.Kind + " " + r.owner.Name
-	sets := c.cfg.Kube.Observe(ctx, gvr, c.cfg.Namespace, discovery.Selector{Name: r.owner.Name}, func(op string, err error) {
+	owner := c.cfg.Kube.Observe(ctx, gvr, c.cfg.Namespace, discovery.Selector{Name: r.owner.Name}, func(op string, err error) {
 		c.report(s, Waiting, "", "API %s of %s: %v", op, what, err)
 	})
 	last := ""
@@ -246,7 +246,7 @@ func (c *Coordinator) WaitRollout(ctx context.Context, s Step, pod string, given
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case set = <-sets:
+		case set = <-owner.Next():
 		}
 		if len(set) == 0 {
 			last = what + " does not exist"

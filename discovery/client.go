@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
@@ -26,6 +28,7 @@ type Kube struct {
 	dynamic dynamic.Interface
 	http    *http.Client
 	host    string
+	log     *slog.Logger // debug: every LIST and WATCH, for an operator counting requests
 }
 
 // The resources the checks watch.
@@ -39,7 +42,8 @@ var (
 )
 
 // NewKube builds the clients from one rest.Config. It makes no request.
-func NewKube(cfg *rest.Config) (*Kube, error) {
+// log (nil: none) gets a debug line for every LIST and WATCH.
+func NewKube(cfg *rest.Config, log *slog.Logger) (*Kube, error) {
 	d, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -48,15 +52,54 @@ func NewKube(cfg *rest.Config) (*Kube, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Kube{dynamic: d, http: hc, host: strings.TrimSuffix(cfg.Host, "/")}, nil
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Kube{dynamic: d, http: hc, host: strings.TrimSuffix(cfg.Host, "/"), log: log}, nil
 }
 
 // in lists and watches one resource of one namespace ("" for cluster scope).
 func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister {
+	l := loggedLister{log: k.log.With("resource", gvr.GroupResource().String(), "namespace", ns)}
 	if ns == "" {
-		return k.dynamic.Resource(gvr)
+		l.lister = k.dynamic.Resource(gvr)
+	} else {
+		l.lister = k.dynamic.Resource(gvr).Namespace(ns)
 	}
-	return k.dynamic.Resource(gvr).Namespace(ns)
+	return l
+}
+
+// loggedLister says at debug level which requests the agent makes: a
+// narrowed LIST, and a WATCH from its resourceVersion only for a caller the
+// list did not settle. Never a watch-list (sendInitialEvents), which an etcd
+// without progress requests cannot serve.
+type loggedLister struct {
+	lister
+	log *slog.Logger
+}
+
+func (l loggedLister) List(ctx context.Context, o metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+	list, err := l.lister.List(ctx, o)
+	if l.log.Enabled(ctx, slog.LevelDebug) {
+		if err != nil {
+			l.log.Debug("API list", "labels", o.LabelSelector, "fields", o.FieldSelector, "error", err.Error())
+		} else {
+			l.log.Debug("API list", "labels", o.LabelSelector, "fields", o.FieldSelector, "items", len(list.Items), "resourceVersion", list.GetResourceVersion())
+		}
+	}
+	return list, err
+}
+
+func (l loggedLister) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	wi, err := l.lister.Watch(ctx, o)
+	if l.log.Enabled(ctx, slog.LevelDebug) {
+		attrs := []any{"labels", o.LabelSelector, "fields", o.FieldSelector, "from", o.ResourceVersion}
+		if err != nil {
+			attrs = append(attrs, "error", err.Error())
+		}
+		l.log.Debug("API watch", attrs...)
+	}
+	return wi, err
 }
 
 // getPod GETs one pod (the agent's own).

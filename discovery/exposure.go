@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -369,39 +370,42 @@ func (w *Waiter) followExposure(ctx context.Context, d Dependency, report func(O
 	k := w.cfg.Kube
 	trouble := apiTrouble(report)
 	svcs := k.Observe(ctx, servicesGVR, ns, Selector{Name: d.Name}, trouble)
-	var nodesCh, ingCh, routeCh <-chan []*unstructured.Unstructured
+	var nodesObs, ingObs, routeObs *Observed
 	var svc *service
 	var nodes []*node
 	var f fronts
 	ov := w.cfg.Public[ns+"/"+d.Name]
-	ingListed, routeListed := false, false
+	// What is observed is followed only once every list is in and the
+	// exposure is still not settled: an exposure the lists settle costs a
+	// LIST per resource and no WATCH.
+	svcListed, nodesListed, ingListed, routeListed := false, false, false, false
 	for {
 		select {
 		case <-ctx.Done():
 			return Exposure{}, ctx.Err()
-		case set := <-svcs:
-			svc = decodeOne[service](set)
-		case set := <-nodesCh:
-			nodes = decodeAll[node](anys(set))
-		case set := <-ingCh:
+		case set := <-svcs.C:
+			svc, svcListed = decodeOne[service](set), true
+		case set := <-chanOf(nodesObs):
+			nodes, nodesListed = decodeAll[node](anys(set)), true
+		case set := <-chanOf(ingObs):
 			f.ing, ingListed = decodeOne[ingress](set), true
-		case set := <-routeCh:
+		case set := <-chanOf(routeObs):
 			f.rt, routeListed = decodeOne[route](set), true
 		}
 		if svc != nil && svc.Annotations[AnnotationPublicHost] == "" && ov.Host == "" {
 			switch svc.Spec.Type {
 			case "NodePort":
-				if nodesCh == nil {
-					nodesCh = k.Observe(ctx, nodesGVR, "", Selector{}, trouble)
+				if nodesObs == nil {
+					nodesObs = k.Observe(ctx, nodesGVR, "", Selector{}, trouble)
 				}
 			case "", "ClusterIP":
-				if ingCh == nil {
+				if ingObs == nil {
 					f.ingress, f.route = nameOr(svc.Annotations[AnnotationIngress], svc.Name), nameOr(svc.Annotations[AnnotationRoute], svc.Name)
-					ingCh = k.Observe(ctx, ingressesGVR, ns, Selector{Name: f.ingress}, trouble)
+					ingObs = k.Observe(ctx, ingressesGVR, ns, Selector{Name: f.ingress}, trouble)
 					// Routes exist only where OpenShift's API (or its CRD)
 					// serves them: ask API discovery once.
 					if f.routesServed = k.serves(ctx, routesGVR); f.routesServed {
-						routeCh = k.Observe(ctx, routesGVR, ns, Selector{Name: f.route}, trouble)
+						routeObs = k.Observe(ctx, routesGVR, ns, Selector{Name: f.route}, trouble)
 					}
 				}
 				f.complete = ingListed && (routeListed || !f.routesServed)
@@ -411,7 +415,22 @@ func (w *Waiter) followExposure(ctx context.Context, d Dependency, report func(O
 		if done, err := settle(ctx, d, o, report); done {
 			return e, err
 		}
+		if svcListed && (nodesObs == nil || nodesListed) && (ingObs == nil || ingListed) && (routeObs == nil || routeListed) {
+			for _, ob := range []*Observed{svcs, nodesObs, ingObs, routeObs} {
+				if ob != nil {
+					ob.Follow()
+				}
+			}
+		}
 	}
+}
+
+// chanOf is o's channel, nil (never ready in a select) for no observation.
+func chanOf(o *Observed) <-chan []*unstructured.Unstructured {
+	if o == nil {
+		return nil
+	}
+	return o.C
 }
 
 func nameOr(name, def string) string {
@@ -451,16 +470,19 @@ func (w *Waiter) ServicePort(ctx context.Context, ns, name string) (scheme strin
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	what := fmt.Sprintf("service %s/%s", ns, name)
-	var last error
-	sets := w.cfg.Kube.Observe(ctx, servicesGVR, ns, Selector{Name: name}, func(op string, err error) { last = fmt.Errorf("API %s: %v", op, err) })
+	var last atomic.Pointer[error] // written by the watch's goroutine
+	svcs := w.cfg.Kube.Observe(ctx, servicesGVR, ns, Selector{Name: name}, func(op string, err error) {
+		e := fmt.Errorf("API %s: %v", op, err)
+		last.Store(&e)
+	})
 	for {
 		select {
 		case <-ctx.Done():
-			if last != nil {
-				return "", 0, fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), last)
+			if last := last.Load(); last != nil {
+				return "", 0, fmt.Errorf("%s: %w (last: %v)", what, ctx.Err(), *last)
 			}
 			return "", 0, fmt.Errorf("%s does not exist: %w", what, ctx.Err())
-		case set := <-sets:
+		case set := <-svcs.Next():
 			svc := decodeOne[service](set)
 			if svc == nil {
 				continue

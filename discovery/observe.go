@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -37,21 +38,53 @@ func (k *Kube) Resource(gvr schema.GroupVersionResource, ns string) dynamic.Reso
 	return k.dynamic.Resource(gvr).Namespace(ns)
 }
 
-// Observe lists and watches the objects of gvr in ns that sel selects (one
-// narrowed list+watch, resumed on errors, never a poll) and sends the whole
-// current set once synced and after every change. A slow reader gets only
-// the latest set: the state is level-based, so nothing is lost by skipping.
-// API errors go to onErr (nil: dropped) as they happen; the reflector
-// retries them itself. The channel is closed once ctx ends.
-func (k *Kube) Observe(ctx context.Context, gvr schema.GroupVersionResource, ns string, sel Selector, onErr func(op string, err error)) <-chan []*unstructured.Unstructured {
+// Observed is one narrowed LIST of objects, and the WATCH that follows it
+// once its caller asks: a lookup the listed objects already settle costs that
+// one request.
+type Observed struct {
+	// C receives the whole current set: the LIST's first, then, once
+	// followed, the latest after every change. A slow reader gets only the
+	// latest set: the state is level-based, so nothing is lost by skipping.
+	// C is closed once ctx ends.
+	C      <-chan []*unstructured.Unstructured
+	follow chan struct{}
+	once   sync.Once
+	asked  bool // Next was called: the next call follows
+}
+
+// Follow asks for the changes after the listed set: the WATCH (from the
+// LIST's resourceVersion, so nothing in between is missed) opens on the
+// first call. A caller the listed set settles never calls it. Idempotent and
+// safe from any goroutine.
+func (o *Observed) Follow() { o.once.Do(func() { close(o.follow) }) }
+
+// Next returns C for a loop that receives from nothing else (and ctx):
+// every call after the first follows, since the caller is back for another
+// set. Only the receiving goroutine may call it.
+func (o *Observed) Next() <-chan []*unstructured.Unstructured {
+	if o.asked {
+		o.Follow()
+	}
+	o.asked = true
+	return o.C
+}
+
+// Observe lists the objects of gvr in ns that sel selects (narrowed, never a
+// namespace-wide watch) and sends the set on C; once followed, it watches
+// them (resumed on errors, never a poll) and sends the whole set after every
+// change. API errors go to onErr (nil: dropped) as they happen; they are
+// retried with backoff.
+func (k *Kube) Observe(ctx context.Context, gvr schema.GroupVersionResource, ns string, sel Selector, onErr func(op string, err error)) *Observed {
 	if onErr == nil {
 		onErr = func(string, error) {}
 	}
 	out := make(chan []*unstructured.Unstructured, 1)
+	o := &Observed{C: out, follow: make(chan struct{})}
 	lw := newListWatch(k.in(gvr, ns), sel.narrow(), onErr)
 	go func() {
 		defer close(out)
 		b := backoff()
+		listed := false
 		for ctx.Err() == nil {
 			watchSet(ctx, lw, sleepCtx, func(objs []any) (bool, error) {
 				set := make([]*unstructured.Unstructured, 0, len(objs))
@@ -65,12 +98,20 @@ func (k *Kube) Observe(ctx context.Context, gvr schema.GroupVersionResource, ns 
 				default:
 				}
 				out <- set
+				if !listed { // no watch until the caller asks for one
+					listed = true
+					select {
+					case <-o.follow:
+					case <-ctx.Done():
+						return true, nil
+					}
+				}
 				return false, nil
 			})
-			sleepCtx(ctx, b.Step()) // the informer's watcher ended: start again
+			sleepCtx(ctx, b.Step()) // the watch ended: start again
 		}
 	}()
-	return out
+	return o
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

@@ -651,6 +651,21 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 	if logs := a1.out.String() + a2.out.String(); !strings.Contains(logs, "rollout complete") {
 		t.Errorf("no new pod saw the rollout complete:\n%s", logs)
 	}
+	// The first new pod's agent restarting now, the rollout complete: its
+	// gate costs one LIST of the Deployment and no WATCH, then it waits
+	// for the contract Job with the others.
+	since := time.Now()
+	a3, _ := startNew(p1)
+	a3.waitLog("waiting for job " + phaseJob("contract")[0])
+	gate := map[string]int{}
+	for _, r := range auditOf(t, ns, since) {
+		if strings.HasPrefix(r.RequestURI, "/apis/apps/v1/namespaces/"+ns+"/deployments") {
+			gate[r.Verb]++
+		}
+	}
+	if gate["list"] != 1 || gate["watch"] != 0 {
+		t.Errorf("a restarted pod's rollout gate made %v requests of the deployment, want one list and no watch", gate)
+	}
 	if _, err := kube.CompleteJobPod(ctxT(t), ns, phaseJob("contract")[0]); err != nil {
 		t.Fatal(err)
 	}
@@ -662,7 +677,7 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 	if c := phaseJob("contract"); len(c) != 1 {
 		t.Errorf("contract jobs %v, want one", c)
 	}
-	for _, a := range []*agentProc{a1, a2} {
+	for _, a := range []*agentProc{a1, a2, a3} {
 		a.running()
 		a.cmd.Process.Signal(syscall.SIGTERM) // the service goes with it
 		a.wantExit(143)

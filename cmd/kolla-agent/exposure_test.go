@@ -39,6 +39,29 @@ func mkExposedService(t testing.TB, ns, name string, typ corev1.ServiceType, ann
 	return out
 }
 
+// mkIngress creates an Ingress routing host to the backend Service's port
+// 5000, with TLS for the host if tls.
+func mkIngress(t testing.TB, ns, name, host, backend string, tls bool) {
+	t.Helper()
+	pathType := networkingv1.PathTypePrefix
+	in := &networkingv1.Ingress{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{
+			Host: host,
+			IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
+				Path: "/", PathType: &pathType,
+				Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: backend, Port: networkingv1.ServiceBackendPort{Number: 5000}}},
+			}}}},
+		}}},
+	}
+	if tls {
+		in.Spec.TLS = []networkingv1.IngressTLS{{Hosts: []string{host}, SecretName: "tls"}}
+	}
+	if _, err := client().NetworkingV1().Ingresses(ns).Create(ctxT(t), in, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // exposed:NAME of a LoadBalancer Service waits, saying why, until a cloud
 // controller writes the ingress IP (through the status subresource), then
 // passes with the public URL.
@@ -124,34 +147,14 @@ func TestExposedIngressAndRoute(t *testing.T) {
 		t.Errorf("a ClusterIP Service without exposure:\n%s", out)
 	}
 
-	pathType := networkingv1.PathTypePrefix
-	ing := func(name, host, backend string, tls bool) {
-		t.Helper()
-		in := &networkingv1.Ingress{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{
-				Host: host,
-				IngressRuleValue: networkingv1.IngressRuleValue{HTTP: &networkingv1.HTTPIngressRuleValue{Paths: []networkingv1.HTTPIngressPath{{
-					Path: "/", PathType: &pathType,
-					Backend: networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: backend, Port: networkingv1.ServiceBackendPort{Number: 5000}}},
-				}}}},
-			}}},
-		}
-		if tls {
-			in.Spec.TLS = []networkingv1.IngressTLS{{Hosts: []string{host}, SecretName: "tls"}}
-		}
-		if _, err := client().NetworkingV1().Ingresses(ns).Create(ctxT(t), in, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ing("keystone", "keystone.example.org", "keystone", true)
+	mkIngress(t, ns, "keystone", "keystone.example.org", "keystone", true)
 	ok := startAgent(t, env, "wait", "--timeout", "1m", "exposed:keystone")
 	ok.wantExit(0)
 	if !strings.Contains(ok.out.String(), "exposed at https://keystone.example.org (Ingress keystone)") {
 		t.Errorf("ingress exposure:\n%s", ok.out.String())
 	}
 	mkExposedService(t, ns, "nova", corev1.ServiceTypeClusterIP, nil)
-	ing("nova", "nova.example.org", "placement", false)
+	mkIngress(t, ns, "nova", "nova.example.org", "placement", false)
 	wrong := startAgent(t, env, "wait", "--timeout", "1m", "exposed:nova")
 	wrong.wantExit(2)
 	if !strings.Contains(wrong.out.String(), "Ingress nova has no rule with a host for service nova") {

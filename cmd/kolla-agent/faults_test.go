@@ -2,14 +2,11 @@ package main
 
 import (
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
 
 // The API server is killed (SIGKILL) and restarted while the agent waits: the agent
@@ -128,136 +125,6 @@ func TestEntrypointBadInput(t *testing.T) {
 			}
 		})
 	}
-}
-
-// API cost, from the API server's audit log: at start exactly one LIST and
-// one WATCH (from the list's resourceVersion) per dependency, each narrowed
-// to its objects; then nothing while it waits.
-//
-// The same on every etcd. The agent's own list-then-watch
-// (discovery/kube.go) never asks for a watch-list (sendInitialEvents), the
-// one kind of request whose outcome depends on etcd: the API server streams
-// it on an etcd with on-demand progress requests (the default 3.6) and
-// refuses it on Debian's 3.4, where client-go's reflector would spend one
-// refused attempt per dependency before its LIST and WATCH. etcd only
-// changes where the API server answers the LIST from (its watch cache on
-// 3.6, etcd itself on 3.4). `make test` runs both tests on both etcds
-// (TESTENV_ETCD=debian).
-func TestAPIRequestsWhileWaiting(t *testing.T) {
-	t.Logf("on %s", s.env.Etcd)
-	ns := namespace(t)
-	mkService(t, ns, "mariadb", false, map[string]string{"app": "mariadb"})
-	mkService(t, ns, "memcached", false, map[string]string{"app": "memcached"})
-	for _, j := range []string{"keystone-db-sync", "keystone-fernet-setup", "keystone-credential-setup"} {
-		mkJob(t, ns, j, nil)
-	}
-	deps := []string{"service:mariadb", "service:memcached", "job:keystone-db-sync", "job:keystone-fernet-setup", "job:keystone-credential-setup"}
-	start := time.Now()
-	a := startAgent(t, agentEnv(t, ns), append([]string{"wait", "--timeout", "5m"}, deps...)...)
-	for _, d := range deps {
-		a.waitLog("dependency=" + d + " state=waiting")
-	}
-	time.Sleep(10 * time.Second) // the measurement window: the agent waits, the log counts
-	a.running()
-	// All of it is counted, from the agent's start to the window's end: a
-	// dependency's WATCH can reach the server a moment after the agent
-	// logged what its LIST showed, and any request while waiting is one
-	// too many for the exact count.
-	reqs := auditOf(t, ns, start)
-	t.Logf("%d requests to sync %d dependencies and wait %v", len(reqs), len(deps), time.Since(start).Round(time.Second))
-	wantOnePerDependency(t, reqs, start, len(deps), "list", "watch")
-}
-
-// A pod restarting when everything is long ready, the commonest start of
-// all: exactly one LIST per dependency, no WATCH, nothing else (the
-// incumbent makes one GET per dependency); on every etcd, as above.
-func TestAPIRequestsAllMet(t *testing.T) {
-	t.Logf("on %s", s.env.Etcd)
-	ns := namespace(t)
-	deps := []string{"service:mariadb", "job:keystone-db-sync", "job:application=keystone,component=setup"}
-	mkService(t, ns, "mariadb", false, map[string]string{"app": "mariadb"})
-	mkPod(t, ns, "mariadb-0", map[string]string{"app": "mariadb"})
-	setReady(t, ns, "mariadb-0", "10.10.7.1", true)
-	mkJob(t, ns, "keystone-db-sync", nil)
-	mkJob(t, ns, "keystone-fernet-setup", map[string]string{"application": "keystone", "component": "setup"})
-	for _, j := range []string{"keystone-db-sync", "keystone-fernet-setup"} {
-		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Until one agent has seen them all met, the controllers may still be
-	// writing; the second agent's start is the measured one.
-	startAgent(t, agentEnv(t, ns), append([]string{"wait", "--timeout", "1m"}, deps...)...).wantExit(0)
-	start := time.Now()
-	startAgent(t, agentEnv(t, ns), append([]string{"wait", "--timeout", "1m"}, deps...)...).wantExit(0)
-	// The audit log is written a moment after the responses: read it once
-	// it holds what is expected, then once more after a second, so a late
-	// extra request counts too.
-	var reqs []testenv.AuditRequest
-	for deadline := time.Now().Add(10 * time.Second); len(reqs) < len(deps) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		reqs = auditOf(t, ns, start)
-	}
-	time.Sleep(time.Second)
-	reqs = auditOf(t, ns, start)
-	t.Logf("%d requests for %d dependencies already met", len(reqs), len(deps))
-	wantOnePerDependency(t, reqs, start, len(deps), "list")
-}
-
-// wantOnePerDependency checks that reqs are exactly one request of each verb
-// for each of n dependencies: n distinct narrowed collections (a path and
-// its label or field selector), each asked once with each verb, and no
-// other request.
-func wantOnePerDependency(t *testing.T, reqs []testenv.AuditRequest, start time.Time, n int, verbs ...string) {
-	t.Helper()
-	count := map[string]map[string]int{} // verb -> collection -> requests
-	for _, v := range verbs {
-		count[v] = map[string]int{}
-	}
-	for _, r := range reqs {
-		line := r.Verb + " " + r.RequestURI
-		u, err := url.Parse(r.RequestURI)
-		if err != nil {
-			t.Errorf("request %s: %v", line, err)
-			continue
-		}
-		q := u.Query()
-		if q.Get("fieldSelector") == "" && q.Get("labelSelector") == "" {
-			t.Errorf("request not narrowed to its objects: %s", line)
-		}
-		byColl, ok := count[r.Verb]
-		if !ok {
-			t.Errorf("unexpected request %s", line)
-			continue
-		}
-		byColl[u.Path+"?"+q.Get("labelSelector")+"&"+q.Get("fieldSelector")]++
-	}
-	for _, v := range verbs {
-		total := 0
-		for _, c := range count[v] {
-			total += c
-		}
-		if len(count[v]) != n || total != n {
-			t.Errorf("%d %s requests for %d collections, want exactly one for each of %d dependencies:\n%s", total, v, len(count[v]), n, requestLines(reqs, start))
-		}
-	}
-}
-
-// requestLines lists reqs, each with when it came after start.
-func requestLines(reqs []testenv.AuditRequest, start time.Time) string {
-	lines := make([]string, len(reqs))
-	for i, r := range reqs {
-		lines[i] = fmt.Sprintf("+%v %s %s", r.Time.Sub(start).Round(time.Millisecond), r.Verb, r.RequestURI)
-	}
-	return strings.Join(lines, "\n")
-}
-
-func auditOf(t *testing.T, ns string, since time.Time) []testenv.AuditRequest {
-	t.Helper()
-	reqs, err := s.env.Requests("system:serviceaccount:"+ns+":kolla-agent", since)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reqs
 }
 
 // The API server is killed while a dependency check follows a Service:

@@ -1,0 +1,294 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kolla-agent/kolla-agent/bootstrap"
+	"github.com/kolla-agent/kolla-agent/internal/testenv"
+)
+
+// What the agent costs the API server, from its audit log (counts, not
+// times): never more requests than kubernetes-entrypoint, which GETs each
+// dependency once when it is met and every 2 s while it is not.
+
+// API cost, from the API server's audit log: at start exactly one LIST and
+// one WATCH (from the list's resourceVersion) per dependency, each narrowed
+// to its objects; then nothing while it waits.
+//
+// The same on every etcd. The agent's own list-then-watch
+// (discovery/kube.go) never asks for a watch-list (sendInitialEvents), the
+// one kind of request whose outcome depends on etcd: the API server streams
+// it on an etcd with on-demand progress requests (the default 3.6) and
+// refuses it on Debian's 3.4, where client-go's reflector would spend one
+// refused attempt per dependency before its LIST and WATCH. etcd only
+// changes where the API server answers the LIST from (its watch cache on
+// 3.6, etcd itself on 3.4). `make test` runs both tests on both etcds
+// (TESTENV_ETCD=debian).
+func TestAPIRequestsWhileWaiting(t *testing.T) {
+	t.Logf("on %s", s.env.Etcd)
+	ns := namespace(t)
+	mkService(t, ns, "mariadb", false, map[string]string{"app": "mariadb"})
+	mkService(t, ns, "memcached", false, map[string]string{"app": "memcached"})
+	for _, j := range []string{"keystone-db-sync", "keystone-fernet-setup", "keystone-credential-setup"} {
+		mkJob(t, ns, j, nil)
+	}
+	deps := []string{"service:mariadb", "service:memcached", "job:keystone-db-sync", "job:keystone-fernet-setup", "job:keystone-credential-setup"}
+	start := time.Now()
+	a := startAgent(t, agentEnv(t, ns), append([]string{"wait", "--timeout", "5m"}, deps...)...)
+	for _, d := range deps {
+		a.waitLog("dependency=" + d + " state=waiting")
+	}
+	time.Sleep(10 * time.Second) // the measurement window: the agent waits, the log counts
+	a.running()
+	// All of it is counted, from the agent's start to the window's end: a
+	// dependency's WATCH can reach the server a moment after the agent
+	// logged what its LIST showed, and any request while waiting is one
+	// too many for the exact count.
+	reqs := auditOf(t, ns, start)
+	t.Logf("%d requests to sync %d dependencies and wait %v", len(reqs), len(deps), time.Since(start).Round(time.Second))
+	wantOnePerDependency(t, reqs, start, len(deps), "list", "watch")
+}
+
+// A pod restarting when everything is long ready, the commonest start of
+// all: exactly one LIST per dependency, no WATCH, nothing else (the
+// incumbent makes one GET per dependency); on every etcd, as above.
+func TestAPIRequestsAllMet(t *testing.T) {
+	t.Logf("on %s", s.env.Etcd)
+	ns := namespace(t)
+	deps := []string{"service:mariadb", "job:keystone-db-sync", "job:application=keystone,component=setup"}
+	mkService(t, ns, "mariadb", false, map[string]string{"app": "mariadb"})
+	mkPod(t, ns, "mariadb-0", map[string]string{"app": "mariadb"})
+	setReady(t, ns, "mariadb-0", "10.10.7.1", true)
+	mkJob(t, ns, "keystone-db-sync", nil)
+	mkJob(t, ns, "keystone-fernet-setup", map[string]string{"application": "keystone", "component": "setup"})
+	for _, j := range []string{"keystone-db-sync", "keystone-fernet-setup"} {
+		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Until one agent has seen them all met, the controllers may still be
+	// writing; the second agent's start is the measured one.
+	startAgent(t, agentEnv(t, ns), append([]string{"wait", "--timeout", "1m"}, deps...)...).wantExit(0)
+	start := time.Now()
+	startAgent(t, agentEnv(t, ns), append([]string{"wait", "--timeout", "1m"}, deps...)...).wantExit(0)
+	// The audit log is written a moment after the responses: read it once
+	// it holds what is expected, then once more after a second, so a late
+	// extra request counts too.
+	var reqs []testenv.AuditRequest
+	for deadline := time.Now().Add(10 * time.Second); len(reqs) < len(deps) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		reqs = auditOf(t, ns, start)
+	}
+	time.Sleep(time.Second)
+	reqs = auditOf(t, ns, start)
+	t.Logf("%d requests for %d dependencies already met", len(reqs), len(deps))
+	wantOnePerDependency(t, reqs, start, len(deps), "list")
+}
+
+// wantOnePerDependency checks that reqs are exactly one request of each verb
+// for each of n dependencies: n distinct narrowed collections (a path and
+// its label or field selector), each asked once with each verb, and no
+// other request.
+func wantOnePerDependency(t *testing.T, reqs []testenv.AuditRequest, start time.Time, n int, verbs ...string) {
+	t.Helper()
+	count := map[string]map[string]int{} // verb -> collection -> requests
+	for _, v := range verbs {
+		count[v] = map[string]int{}
+	}
+	for _, r := range reqs {
+		line := r.Verb + " " + r.RequestURI
+		u, err := url.Parse(r.RequestURI)
+		if err != nil {
+			t.Errorf("request %s: %v", line, err)
+			continue
+		}
+		q := u.Query()
+		if q.Get("fieldSelector") == "" && q.Get("labelSelector") == "" {
+			t.Errorf("request not narrowed to its objects: %s", line)
+		}
+		byColl, ok := count[r.Verb]
+		if !ok {
+			t.Errorf("unexpected request %s", line)
+			continue
+		}
+		byColl[u.Path+"?"+q.Get("labelSelector")+"&"+q.Get("fieldSelector")]++
+	}
+	for _, v := range verbs {
+		total := 0
+		for _, c := range count[v] {
+			total += c
+		}
+		if len(count[v]) != n || total != n {
+			t.Errorf("%d %s requests for %d collections, want exactly one for each of %d dependencies:\n%s", total, v, len(count[v]), n, requestLines(reqs, start))
+		}
+	}
+}
+
+// requestLines lists reqs, each with when it came after start.
+func requestLines(reqs []testenv.AuditRequest, start time.Time) string {
+	lines := make([]string, len(reqs))
+	for i, r := range reqs {
+		lines[i] = fmt.Sprintf("+%v %s %s", r.Time.Sub(start).Round(time.Millisecond), r.Verb, r.RequestURI)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func auditOf(t *testing.T, ns string, since time.Time) []testenv.AuditRequest {
+	t.Helper()
+	reqs, err := s.env.Requests("system:serviceaccount:"+ns+":kolla-agent", since)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reqs
+}
+
+// Every other lookup through the API, when what exists already settles it:
+// one LIST per resource read and no WATCH. The same lookup started before
+// it is settled goes on to exactly one WATCH per resource, from its list's
+// resourceVersion, and nothing else.
+func TestAPIRequestsPerLookup(t *testing.T) {
+	t.Logf("on %s", s.env.Etcd)
+	ns := namespace(t)
+	env := exposureEnv(t, ns)
+	if err := s.env.Kubelet().EnsureNode(ctxT(t), testenv.DefaultNode); err != nil {
+		t.Fatal(err)
+	}
+	lb := mkExposedService(t, ns, "keystone", corev1.ServiceTypeLoadBalancer, nil)
+	lb.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.30"}}
+	if _, err := client().CoreV1().Services(ns).UpdateStatus(ctxT(t), lb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mkExposedService(t, ns, "glance", corev1.ServiceTypeNodePort, nil)
+	mkExposedService(t, ns, "placement", corev1.ServiceTypeClusterIP, nil)
+	mkIngress(t, ns, "placement", "placement.example.org", "placement", false)
+
+	const (
+		services = "list /api/v1/namespaces/NS/services"
+		nodes    = "list /api/v1/nodes"
+	)
+	byIngress := []string{services, "get /apis/route.openshift.io/v1", "list /apis/networking.k8s.io/v1/namespaces/NS/ingresses"}
+	// Routes are looked up where the API serves them (another test may
+	// have installed their CRD): one more LIST then.
+	if _, err := client().Discovery().ServerResourcesForGroupVersion(testenv.RoutesGVR.GroupVersion().String()); err == nil {
+		byIngress = append(byIngress, "list /apis/route.openshift.io/v1/namespaces/NS/routes")
+	}
+	dir := t.TempDir()
+	render := func(tmpl string) []string {
+		src, dest := filepath.Join(dir, "t.tmpl"), filepath.Join(dir, "t.conf")
+		if err := os.WriteFile(src, []byte(tmpl), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return []string{"--config", agentYAML(t, "render:\n  - {src: "+src+", dest: "+dest+"}\n"), "render"}
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"exposed LoadBalancer", []string{"wait", "exposed:keystone"}, []string{services}},
+		{"exposed NodePort", []string{"wait", "exposed:glance"}, []string{services, nodes}},
+		{"exposed by an Ingress", []string{"wait", "exposed:placement"}, byIngress},
+		{"publicURL", render(`{{ publicURL "keystone" "/v3" }}`), []string{services}},
+		{"internalURL", render(`{{ internalURL "glance" }}`), []string{services}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			since := time.Now()
+			startAgent(t, env, tc.args...).wantExit(0)
+			wantRequests(t, ns, since, tc.want)
+		})
+	}
+
+	t.Run("exposed LoadBalancer, ingress later", func(t *testing.T) {
+		svc := mkExposedService(t, ns, "nova", corev1.ServiceTypeLoadBalancer, nil)
+		since := time.Now()
+		a := startAgent(t, env, "--log-level", "debug", "wait", "--timeout", "1m", "exposed:nova")
+		a.waitLog("LoadBalancer has no ingress yet")
+		time.Sleep(3 * time.Second) // a poller would show here
+		a.running()
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.31"}}
+		if _, err := client().CoreV1().Services(ns).UpdateStatus(ctxT(t), svc, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		a.wantExit(0)
+		wantRequests(t, ns, since, []string{services, "watch /api/v1/namespaces/NS/services"})
+		// At debug level the agent says which requests it made.
+		for _, want := range []string{`msg="API list" resource=services namespace=` + ns + ` labels="" fields="metadata.name=nova" items=1`, `msg="API watch" resource=services namespace=` + ns} {
+			if !strings.Contains(a.out.String(), want) {
+				t.Errorf("no %s in the debug log:\n%s", want, a.out.String())
+			}
+		}
+	})
+}
+
+// wantRequests checks that the agent's requests since are exactly want
+// (verb and path, the namespace written NS; any order), reading the audit
+// log until it holds as many and once more a second later, so a late extra
+// request counts too.
+func wantRequests(t *testing.T, ns string, since time.Time, want []string) {
+	t.Helper()
+	got := func() []string {
+		var out []string
+		for _, r := range auditOf(t, ns, since) {
+			u, err := url.Parse(r.RequestURI)
+			if err != nil {
+				t.Fatalf("request %s %s: %v", r.Verb, r.RequestURI, err)
+			}
+			out = append(out, r.Verb+" "+strings.Replace(u.Path, "/namespaces/"+ns+"/", "/namespaces/NS/", 1))
+		}
+		slices.Sort(out)
+		return out
+	}
+	var reqs []string
+	for deadline := time.Now().Add(10 * time.Second); len(reqs) < len(want) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		reqs = got()
+	}
+	time.Sleep(time.Second)
+	reqs = got()
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(reqs, want) {
+		t.Errorf("requests:\n  %s\nwant:\n  %s", strings.Join(reqs, "\n  "), strings.Join(want, "\n  "))
+	}
+}
+
+// Bootstrap, when the step is done: a replica reads the record (one GET)
+// and touches no Job. With the record gone but the Job still there and
+// complete, it creates nothing new (409), LISTs the step's Jobs once, records
+// the success again (a GET and a create) and never WATCHes.
+func TestAPIRequestsBootstrap(t *testing.T) {
+	t.Logf("on %s", s.env.Etcd)
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "create")
+	cfg := bootstrapFiles(t, ns, "  mode: create\n  name: heat-db-sync\n  command: heat-manage db_sync\n  timeout: 2m\n", "")
+	a := startAgent(t, withEnv(env, "POD_NAME=heat-api-0"), "--config", cfg, "init")
+	name := waitJobs(t, ns, "heat-db-sync", 1)[0]
+	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, name); err != nil {
+		t.Fatal(err)
+	}
+	a.wantExit(0)
+	record := "/api/v1/namespaces/NS/configmaps/" + bootstrap.RecordName("heat-db-sync")
+
+	since := time.Now()
+	startAgent(t, withEnv(env, "POD_NAME=heat-api-1"), "--config", cfg, "init").wantExit(0)
+	wantRequests(t, ns, since, []string{"get " + record})
+
+	if err := client().CoreV1().ConfigMaps(ns).Delete(ctxT(t), bootstrap.RecordName("heat-db-sync"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	since = time.Now()
+	startAgent(t, withEnv(env, "POD_NAME=heat-api-2"), "--config", cfg, "init").wantExit(0)
+	wantRequests(t, ns, since, []string{
+		"get " + record, // not recorded
+		"create /apis/batch/v1/namespaces/NS/jobs",                 // 409: it exists
+		"list /apis/batch/v1/namespaces/NS/jobs",                   // complete
+		"get " + record, "create /api/v1/namespaces/NS/configmaps", // recorded again
+	})
+}
