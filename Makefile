@@ -52,11 +52,17 @@ fuzz:
 	done; echo "fuzz: all targets passed"
 
 # The end-to-end benchmarks take repeated samples themselves (one iteration
-# each); the in-process render benchmark needs iterations to be stable.
+# each); the in-process render benchmark needs iterations to be stable. The
+# raw output goes to bin/bench/; hack/bench keeps its benchmark lines in
+# docs/benchmarks.txt (benchstat's input: `benchstat old.txt
+# docs/benchmarks.txt`) and writes the table of docs/benchmarks.md from them.
+BENCHRAW := bin/bench
 bench: tools build
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./cmd/... ./discovery/... ./internal/...
-	$(GO) test -run '^$$' -bench . -benchtime 20x -count 3 ./agent/...
-	$(GO) test -run '^$$' -bench . -count 1 -timeout 30m ./probes/...
+	mkdir -p $(BENCHRAW)
+	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 40m ./cmd/... ./discovery/... ./internal/... 2>&1 | tee $(BENCHRAW)/e2e.txt"
+	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchtime 20x -count 3 ./agent/... 2>&1 | tee $(BENCHRAW)/agent.txt"
+	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -count 1 -timeout 30m ./probes/... 2>&1 | tee $(BENCHRAW)/probes.txt"
+	$(GO) run ./hack/bench -txt docs/benchmarks.txt -doc docs/benchmarks.md $(BENCHRAW)/e2e.txt $(BENCHRAW)/agent.txt $(BENCHRAW)/probes.txt
 
 demo: build
 	bash examples/local/demo.sh $(BIN)

@@ -28,6 +28,9 @@ const testHelperEnv = "KOLLA_PROBES_TEST_HELPER"
 // holds nothing itself: it starts a child (same argv[0] and path, so the same
 // name) that holds them, and prints "ready CHILDPID".
 func runTestHelper(mode string, args []string) int {
+	if mode == "load" {
+		return runLoad(args)
+	}
 	if mode != "hold" {
 		fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
 		return 2

@@ -1,13 +1,17 @@
 package probes
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -99,14 +103,16 @@ func BenchmarkReadyz(b *testing.B) {
 // machine. It reports the latency percentiles of each (from sending the
 // request to reading the whole answer). "kubelet" opens a connection per
 // request, as the kubelet's prober does (DisableKeepAlives); "keepalive"
-// reuses them. One measurement takes a fixed time, whatever b.N. An agent
+// reuses them. The load generator is another process with one core's worth
+// of scheduler (GOMAXPROCS=1), as the kubelet is another process. One
+// measurement takes a fixed time, whatever b.N. An agent
 // starved of CPU may answer 503 (its checks go stale): those answers are
 // counted in "503s", not errors.
 func BenchmarkReadyzLoopback(b *testing.B) {
 	const (
 		rate    = 2000
 		slice   = 500 * time.Millisecond
-		nSlices = 4 // per server: 2s each at 2,000/s, 4,000 requests
+		nSlices = 10 // per server: 5 s at 2,000/s, 10,000 requests (p99 = the 100th slowest)
 	)
 	// The agent: 5 checks on their own schedules, as in production.
 	var specs []Spec
@@ -154,23 +160,42 @@ func BenchmarkReadyzLoopback(b *testing.B) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	for _, mode := range []struct {
-		name      string
-		keepAlive bool
-	}{{"kubelet", false}, {"keepalive", true}} {
-		b.Run(mode.name, func(b *testing.B) {
-			tr := &http.Transport{DisableKeepAlives: !mode.keepAlive, MaxIdleConnsPerHost: 64, DisableCompression: true}
-			defer tr.CloseIdleConnections()
-			client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	// The load comes from another process, as the kubelet's does: a load
+	// generator sharing the server's process would share its scheduler and
+	// its garbage collector, and its pauses would count as the server's.
+	for _, mode := range []string{"kubelet", "keepalive"} {
+		b.Run(mode, func(b *testing.B) {
+			self, err := os.Executable()
+			if err != nil {
+				b.Fatal(err)
+			}
+			cmd := exec.Command(self, "-mode="+mode, fmt.Sprintf("-rate=%d", rate), fmt.Sprintf("-n=%d", int(rate*slice/time.Second)),
+				fmt.Sprintf("-slices=%d", nSlices), "-agent="+agentURL, "-base="+bareURL)
+			cmd.Env = append(os.Environ(), testHelperEnv+"=load", "GOMAXPROCS=1")
+			cmd.Stderr = os.Stderr
+			out, err := cmd.Output()
+			if err != nil {
+				b.Fatalf("load generator: %v", err)
+			}
 			var agent, base []time.Duration
 			unavailable := 0
-			fire(b, client, agentURL, rate, 200) // warm up both
-			fire(b, client, bareURL, rate, 200)
-			for range nSlices {
-				lat, n503 := fire(b, client, agentURL, rate, int(rate*slice/time.Second))
-				agent, unavailable = append(agent, lat...), unavailable+n503
-				lat, _ = fire(b, client, bareURL, rate, int(rate*slice/time.Second))
-				base = append(base, lat...)
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				var who string
+				var v int64
+				if _, err := fmt.Sscan(line, &who, &v); err != nil {
+					b.Fatalf("load generator: %q: %v", line, err)
+				}
+				switch who {
+				case "agent":
+					agent = append(agent, time.Duration(v))
+				case "base":
+					base = append(base, time.Duration(v))
+				case "agent-503":
+					unavailable += int(v)
+				}
+			}
+			if len(agent) == 0 || len(base) == 0 {
+				b.Fatalf("load generator: no latencies in %q", out)
 			}
 			us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 			b.ReportMetric(0, "ns/op")
@@ -186,6 +211,52 @@ func BenchmarkReadyzLoopback(b *testing.B) {
 	}
 }
 
+// runLoad is the load generator's main (helper mode "load"): after a
+// warm-up of both, -slices rounds of -n GETs of -agent then of -base at
+// -rate per second; -mode=kubelet opens a connection per request, as the
+// kubelet's prober does. It prints "agent NS" and "base NS" per request and
+// "agent-503 N" per round.
+func runLoad(args []string) int {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	mode := fs.String("mode", "kubelet", "kubelet or keepalive")
+	rate := fs.Int("rate", 2000, "requests per second")
+	n := fs.Int("n", 1000, "requests per round and URL")
+	slices := fs.Int("slices", 4, "rounds")
+	agentURL := fs.String("agent", "", "the agent's URL")
+	baseURL := fs.String("base", "", "the baseline's URL")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	tr := &http.Transport{DisableKeepAlives: *mode == "kubelet", MaxIdleConnsPerHost: 64, DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	w := bufio.NewWriter(os.Stdout)
+	defer w.Flush()
+	for i := -1; i < *slices; i++ {
+		count := *n
+		if i < 0 {
+			count = 200 // warm-up, not reported
+		}
+		for _, u := range []struct{ who, url string }{{"agent", *agentURL}, {"base", *baseURL}} {
+			lat, n503, err := fire(client, u.url, *rate, count)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			if i < 0 {
+				continue
+			}
+			for _, d := range lat {
+				fmt.Fprintf(w, "%s %d\n", u.who, d.Nanoseconds())
+			}
+			if u.who == "agent" {
+				fmt.Fprintf(w, "agent-503 %d\n", n503)
+			}
+		}
+	}
+	return 0
+}
+
 func benchPasses(h *Health, p Probe) bool {
 	rep, _ := h.Evaluate(p, nil, "")
 	return rep.Pass
@@ -194,7 +265,7 @@ func benchPasses(h *Health, p Probe) bool {
 // fire sends n GETs of url at a fixed rate (open loop: the schedule does not
 // wait for answers) and returns each one's latency and how many answered
 // 503.
-func fire(b *testing.B, client *http.Client, url string, rate, n int) ([]time.Duration, int) {
+func fire(client *http.Client, url string, rate, n int) ([]time.Duration, int, error) {
 	interval := time.Second / time.Duration(rate)
 	lat := make([]time.Duration, n)
 	var wg sync.WaitGroup
@@ -231,10 +302,7 @@ func fire(b *testing.B, client *http.Client, url string, rate, n int) ([]time.Du
 		}()
 	}
 	wg.Wait()
-	if firstErr != nil {
-		b.Fatal(firstErr)
-	}
-	return lat, unavailable
+	return lat, unavailable, firstErr
 }
 
 func percentile(ds []time.Duration, p int) time.Duration {

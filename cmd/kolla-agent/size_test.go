@@ -14,12 +14,7 @@ import (
 // interpreter, no shared library), so the scratch image of images/agent and
 // any kolla base image run it.
 func TestStrippedBinarySize(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "kolla-agent")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=size-test", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	bin := buildStripped(t, ".")
 	info, err := os.Stat(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -41,4 +36,34 @@ func TestStrippedBinarySize(t *testing.T) {
 	if info.Size() > 20_000_000 {
 		t.Errorf("stripped binary is %d bytes, over 20 MB: see which imports pull what (go tool nm -size -sort size)", info.Size())
 	}
+}
+
+// BenchmarkBinarySize reports the stripped sizes for docs/benchmarks.md
+// (`make bench`); TestStrippedBinarySize holds the budget.
+func BenchmarkBinarySize(b *testing.B) {
+	size := func(pkg string) float64 {
+		info, err := os.Stat(buildStripped(b, pkg))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return float64(info.Size())
+	}
+	agent, probe := size("."), size("../kolla-agent-probe")
+	for range b.N {
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(agent, "agent-bytes")
+	b.ReportMetric(probe, "probe-bytes")
+}
+
+// buildStripped builds pkg as `make build` does and returns the binary.
+func buildStripped(tb testing.TB, pkg string) string {
+	tb.Helper()
+	bin := filepath.Join(tb.TempDir(), "bin")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version=size-test", "-o", bin, pkg)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("%v\n%s", err, out)
+	}
+	return bin
 }

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+goarch: amd64
+pkg: example/x
+cpu: Some CPU @ 2.00GHz
+BenchmarkA-2   	       1	         0 ns/op	        12.5 agent-ms/median	      1000 poller-ms/median
+BenchmarkA-2   	       1	         0 ns/op	        10.0 agent-ms/median	      3000 poller-ms/median
+BenchmarkA-2   	       1	         0 ns/op	        11.0 agent-ms/median	      2000 poller-ms/median
+BenchmarkB/sub_name=1-2	1	         0 ns/op	         7 x
+`
+
+func TestParseMedians(t *testing.T) {
+	r, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := r.median("BenchmarkA", "agent-ms/median"); !ok || v != 11 {
+		t.Errorf("median of 12.5, 10, 11 = %v %v, want 11", v, ok)
+	}
+	if v, ok := r.median("BenchmarkB/sub_name=1", "x"); !ok || v != 7 {
+		t.Errorf("a sub-benchmark's metric = %v %v (the -2 suffix is not part of the name)", v, ok)
+	}
+	if _, ok := r.median("BenchmarkA", "nothing"); ok {
+		t.Error("a metric the run lacks has a median")
+	}
+	if r.config["cpu"] != "Some CPU @ 2.00GHz" {
+		t.Errorf("cpu %q", r.config["cpu"])
+	}
+}
+
+func TestParseBadLines(t *testing.T) {
+	for _, bad := range []string{
+		"BenchmarkA-2 1 12 ns/op 5\n",       // a value without unit
+		"BenchmarkA-2 1 twelve ns/op\n",     // not a number
+		"BenchmarkA-2 1 12 ns/op 3 x 4 y z", // odd fields
+	} {
+		if _, err := parse(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("%q: error %v, want one naming line 1", bad, err)
+		}
+	}
+}
+
+// The table has every figure or none: a figure the run lacks and a metric
+// no figure shows are both errors, named.
+func TestRenderEveryFigureOrNone(t *testing.T) {
+	saved := figures
+	t.Cleanup(func() { figures = saved })
+	figures = []figure{{Area: "a", What: "latency", Bench: "BenchmarkA", Ours: "agent-ms/median", Base: "poller-ms/median", BaseIs: "a poller", Unit: "ms", Headline: "the latency"}}
+	r, err := parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = render(r)
+	if err == nil || !strings.Contains(err.Error(), "BenchmarkB/sub_name=1 reports x, which no figure shows") {
+		t.Errorf("an unshown metric: %v", err)
+	}
+	figures = append(figures, figure{Area: "b", What: "x", Bench: "BenchmarkB/sub_name=1", Ours: "x"}, figure{Area: "c", What: "gone", Bench: "BenchmarkC", Ours: "y"})
+	_, _, err = render(r)
+	if err == nil || !strings.Contains(err.Error(), `BenchmarkC: no y in this run (figure "gone")`) {
+		t.Errorf("a missing figure: %v", err)
+	}
+	figures = figures[:2]
+	table, headlines, err := render(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "| what | kolla-agent | baseline, same run | ratio |\n|---|---|---|---|\n| the latency | **11 ms** | 2,000 ms: a poller | 1/182 |\n"; headlines != want {
+		t.Errorf("headlines:\n%s\nwant:\n%s", headlines, want)
+	}
+	for _, want := range []string{
+		"| a | latency | **11 ms** | 2,000 ms: a poller | 1/182 |  |",
+		"| b | x | **7** |  |  |  |",
+		"Machine: Some CPU @ 2.00GHz,",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("no %q in\n%s", want, table)
+		}
+	}
+}
+
+func TestNumbers(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 0.0364: "0.0364", 1.94: "1.94", 22.8: "22.8", 447.4: "447", 1284.2: "1,284", 2_500_000: "2,500,000"} {
+		if got := num(v); got != want {
+			t.Errorf("num(%v) = %q, want %q", v, got, want)
+		}
+	}
+	for _, c := range []struct {
+		ours, base float64
+		want       string
+	}{{22.8, 1.78, "12.8x"}, {0.28, 483, "1/1,725"}, {1284, 2117, "0.607x"}, {1, 0, ""}, {-0.06, 7.91, "~0"}} {
+		if got := ratioOf(c.ours, c.base); got != c.want {
+			t.Errorf("ratioOf(%v, %v) = %q, want %q", c.ours, c.base, got, c.want)
+		}
+	}
+}
+
+func TestBenchLinesKeepsWhatBenchstatReads(t *testing.T) {
+	raw := sample + "    bench_test.go:12: a log line\n--- BENCH: BenchmarkA-2\nPASS\nok  \texample/x\t3.2s\ngoos: linux\npkg: example/y\nBenchmarkC-2 1 5 ns/op\n"
+	got := string(benchLines(strings.NewReader(raw), []string{"go: go1.99", "cores: 2"}))
+	for _, gone := range []string{"a log line", "PASS", "ok  "} {
+		if strings.Contains(got, gone) {
+			t.Errorf("%q kept:\n%s", gone, got)
+		}
+	}
+	if strings.Count(got, "goos: linux") != 1 || !strings.Contains(got, "pkg: example/y\nBenchmarkC-2") || !strings.HasPrefix(got, "go: go1.99\ncores: 2\n") {
+		t.Errorf("configuration lines:\n%s", got)
+	}
+}
+
+// Every figure names a benchmark that exists, once.
+func TestFiguresNameRealBenchmarks(t *testing.T) {
+	var src strings.Builder
+	filepath.WalkDir("../..", func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, "_test.go") {
+			b, _ := os.ReadFile(p)
+			src.Write(b)
+		}
+		return nil
+	})
+	seen := map[string]bool{}
+	for _, f := range figures {
+		top, _, _ := strings.Cut(f.Bench, "/")
+		for _, b := range []string{top, strings.Split(f.BaseIn, "/")[0]} {
+			if b != "" && !regexp.MustCompile(`(?m)^func `+b+`\(b \*testing\.B\)`).MatchString(src.String()) {
+				t.Errorf("figure %q: no func %s(b *testing.B) in the repository", f.What, b)
+			}
+		}
+		key := f.Bench + " " + f.Ours + " " + f.Minus
+		if seen[key] {
+			t.Errorf("two figures show %s", key)
+		}
+		seen[key] = true
+	}
+}
+
+// docs/benchmarks.md's table and the README's headlines are what
+// docs/benchmarks.txt (the last `make bench`) gives.
+func TestTablesInStep(t *testing.T) {
+	txt, err := os.ReadFile("../../docs/benchmarks.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := parse(strings.NewReader(string(txt)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, headlines, err := render(r)
+	if err != nil {
+		t.Fatalf("docs/benchmarks.txt: %v", err)
+	}
+	for _, c := range []struct{ path, begin, end, text string }{
+		{"../../docs/benchmarks.md", beginMark, endMark, table},
+		{"../../README.md", headlineMark, headlineEnd, headlines},
+	} {
+		doc, err := os.ReadFile(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := between(doc, c.begin, c.end, c.text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(want) != string(doc) {
+			t.Errorf("%s: the table is not what docs/benchmarks.txt gives: run `go run ./hack/bench` (or `make bench`)", c.path)
+		}
+	}
+}
