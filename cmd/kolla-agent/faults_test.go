@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The API server is killed (SIGKILL) and restarted while the agent waits: the agent
@@ -145,7 +148,7 @@ probes:
   checks:
     - {name: broker, dependency: {wait: "service:rabbitmq"}, period: 200ms, timeout: 100ms, failureThreshold: 1}
 `, port))
-	a := startAgent(t, agentEnv(t, ns), "--config", cfg, "run", "--", "sleep", "300")
+	a := startAgent(t, agentEnv(t, ns), "--log-level", "debug", "--config", cfg, "run", "--", "sleep", "300")
 	waitStatus(t, base+"/readyz", 200, 20*time.Second)
 
 	if err := s.env.KillAPIServer(); err != nil {
@@ -169,7 +172,24 @@ probes:
 		t.Fatal(err)
 	}
 	setReady(t, ns, "rabbitmq-0", "10.10.5.1", false)
-	body := waitStatus(t, base+"/readyz?verbose", 503, 60*time.Second)
+	// The EndpointSlice controller's own watches come back on their own
+	// schedule (up to a minute after a restart): wait for the slice first,
+	// so that the agent's time is measured from the change it must see.
+	eventually(t, "the EndpointSlice controller marking rabbitmq-0 not ready", func() bool {
+		l, err := client().DiscoveryV1().EndpointSlices(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=rabbitmq"})
+		if err != nil || len(l.Items) == 0 {
+			return false
+		}
+		for _, sl := range l.Items {
+			for _, e := range sl.Endpoints {
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	body := waitStatus(t, base+"/readyz?verbose", 503, 20*time.Second)
 	if !strings.Contains(body, "0 of 1 endpoints ready") {
 		t.Errorf("after the API server came back: %s", body)
 	}

@@ -389,10 +389,25 @@ func (e *Env) KillAPIServer() error { return e.stopComponent(APIServer, 0) }
 // etcd, certificates and keys, and waits until it is ready. It does nothing
 // if the API server is running, so a test can defer it to undo its fault
 // whatever happens.
+//
+// The controller manager is restarted with it: its informers back off
+// after an outage (client-go's reflector: 800 ms doubling to 30 s, with
+// jitter up to as much again, and the 403s of an authorizer still warming
+// up count as failures too), so the Job and EndpointSlice controllers could
+// take over a minute to act again, and a test would measure their delay, not
+// the agent's. A fresh one lists at once.
 func (e *Env) StartAPIServer() error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	return e.restartComponent(ctx, APIServer, e.startAPIServer)
+	restarted, err := e.restartComponent(ctx, APIServer, e.startAPIServer)
+	if err != nil || !restarted {
+		return err
+	}
+	if err := e.stopComponent(ControllerManager, stopGrace); err != nil {
+		return err
+	}
+	_, err = e.restartComponent(ctx, ControllerManager, e.startControllerManager)
+	return err
 }
 
 // StopDNS stops CoreDNS; queries to DNSAddr go unanswered until StartDNS.
@@ -403,7 +418,8 @@ func (e *Env) StopDNS() error { return e.stopComponent(CoreDNS, stopGrace) }
 func (e *Env) StartDNS() error {
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	return e.restartComponent(ctx, CoreDNS, e.startCoreDNS)
+	_, err := e.restartComponent(ctx, CoreDNS, e.startCoreDNS)
+	return err
 }
 
 // stopComponent stops one component: SIGTERM and up to grace to exit, then
@@ -425,22 +441,24 @@ func (e *Env) stopComponent(name string, grace time.Duration) error {
 	return e.writePids()
 }
 
-func (e *Env) restartComponent(ctx context.Context, name string, start func(context.Context) (*proc.Process, error)) error {
+// restartComponent starts a component that is not running; it reports
+// whether it did.
+func (e *Env) restartComponent(ctx context.Context, name string, start func(context.Context) (*proc.Process, error)) (bool, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.stopped {
-		return fmt.Errorf("testenv: stopped")
+		return false, fmt.Errorf("testenv: stopped")
 	}
 	if p := e.procs[name]; p != nil && !p.Exited() {
-		return nil
+		return false, nil
 	}
 	delete(e.procs, name)
 	p, err := start(ctx)
 	if err != nil {
-		return fmt.Errorf("testenv: restart %s: %w", name, err)
+		return false, fmt.Errorf("testenv: restart %s: %w", name, err)
 	}
 	e.procs[name] = p
-	return e.writePids()
+	return true, e.writePids()
 }
 
 // Admin returns a copy of the admin client configuration.
