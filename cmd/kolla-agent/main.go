@@ -339,8 +339,9 @@ func flagExit(err error) int {
 }
 
 // newLogger builds the process logger and routes client-go's klog into it:
-// at debug level the reflector's retries show; otherwise the agent reports
-// API trouble itself, once per change, and klog's per-retry lines are noise.
+// at debug level client-go's own lines (retries, Retry-After) show;
+// otherwise the agent reports API trouble itself, once per change, and
+// klog's per-retry lines are noise.
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
