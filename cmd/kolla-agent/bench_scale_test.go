@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -175,6 +176,26 @@ func runScale(b *testing.B, k scaleKnobs) {
 		a.running()
 	}
 
+	// 3b. The API server killed (SIGKILL) under the waiting agents and
+	// started again after a 5 s outage: when each agent is back (its first
+	// WATCH answered 200 after the kill, from the audit log) and how many
+	// come back in the busiest second. The agents must spread themselves:
+	// nothing else paces them.
+	killAt := time.Now()
+	if err := s.env.KillAPIServer(); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(5 * time.Second)
+	if err := s.env.StartAPIServer(); err != nil {
+		b.Fatal(err)
+	}
+	plane = scalePlaneOf(b)      // the new API server's pid; the later phases run against it
+	time.Sleep(15 * time.Second) // longer than the agents' longest retry wait
+	resumedBy := time.Now()
+	for _, a := range agents {
+		a.running()
+	}
+
 	// 4. Every dependency met: the agents' namespace first, then the
 	// baseline's with its pollers waiting again (their phases spread over
 	// the 2 s period), so that neither side's clients load the machine
@@ -255,7 +276,14 @@ func runScale(b *testing.B, k scaleKnobs) {
 	agentSync := count(agentUsers, agentStart, agentWait.from)
 	agentWaitReqs := count(agentUsers, agentWait.from, agentWait.to)
 	baseWaitReqs := count(baseUsers, baseWait.from, baseWait.to)
-	agentLife := count(agentUsers, agentStart, lastExit.Add(time.Second))
+	agentLife := count(agentUsers, agentStart, killAt)
+	afterRestart := count(agentUsers, resumedBy, lastExit.Add(time.Second))
+	agentLife.add(afterRestart)
+	agentResume := count(agentUsers, killAt, resumedBy)
+	resumeBusiest, resumeMedian, resumeLast, resumed := scaleResumes(reqs, agentUsers, killAt)
+	if resumed != n*len(deps) {
+		b.Fatalf("%d of %d agents' %d watches resumed after the API server's restart", resumed, n, n*len(deps))
+	}
 	agentRestartReqs := count(agentUsers, restartStart, restartLast.Add(time.Second))
 	baseRestartReqs := count(baseUsers, baseRestartStart, baseRestartLast.Add(time.Second))
 
@@ -292,8 +320,14 @@ func runScale(b *testing.B, k scaleKnobs) {
 		float64(agentRestartReqs.total)/fn, agentRestartReqs, restartLast.Sub(restartStart).Round(time.Millisecond), agentRestart.brief(), aboveIdle(agentRestart),
 		float64(baseRestartReqs.total)/fn, baseRestartReqs, baseRestartLast.Sub(baseRestartStart).Round(time.Millisecond), baseRestart.brief(), aboveIdle(baseRestart))
 
+	b.Logf("API SERVER RESTART under the waiting agents (killed, started again 5 s later): busiest second %d of the %d watches back (%.0f%%); the median watch back %v after the first, the last %v after it; %.2f requests per agent %s",
+		resumeBusiest, resumed, 100*float64(resumeBusiest)/float64(resumed), resumeMedian.Round(time.Millisecond), resumeLast.Round(time.Millisecond), float64(agentResume.total)/fn, agentResume)
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(fn, "pods")
+	b.ReportMetric(100*float64(resumeBusiest)/float64(resumed), "agent-resume-busiest-second-%")
+	b.ReportMetric(resumeMedian.Seconds(), "agent-resume-median-s")
+	b.ReportMetric(resumeLast.Seconds(), "agent-resume-last-s")
+	b.ReportMetric(float64(agentResume.total)/fn, "agent-resume-req/pod")
 	b.ReportMetric(perPodMin(agentWaitReqs, agentWait), "agent-waiting-req/pod-min")
 	b.ReportMetric(perPodMin(baseWaitReqs, baseWait), "entrypoint-waiting-req/pod-min")
 	b.ReportMetric(float64(agentSync.total)/fn, "agent-sync-req/pod")
@@ -1270,6 +1304,50 @@ func (c scaleCount) String() string {
 		parts = append(parts, fmt.Sprintf("HTTP %d: %d", code, c.errors[code]))
 	}
 	return "(" + strings.Join(parts, ", ") + ")"
+}
+
+func (c *scaleCount) add(o scaleCount) {
+	c.total += o.total
+	for v, n := range o.verbs {
+		c.verbs[v] += n
+	}
+	for code, n := range o.errors {
+		c.errors[code] += n
+	}
+}
+
+// scaleResumes finds, for each watch of the users with the prefix (a user
+// and a selector), the first WATCH received after since that the API server
+// answered 200: when that watch was back. It returns how many came back in
+// the busiest second, when the median and the last came back after the
+// first, and how many came back.
+func scaleResumes(reqs []scaleReq, prefix string, since time.Time) (busiest int, median, last time.Duration, n int) {
+	first := map[string]time.Time{}
+	for _, r := range reqs {
+		if !strings.HasPrefix(r.user, prefix) || r.verb != "watch" || r.code != http.StatusOK || r.at.Before(since) {
+			continue
+		}
+		key := r.user + " " + r.resource
+		if u, err := url.Parse(r.uri); err == nil {
+			q := u.Query()
+			key += " " + q.Get("labelSelector") + " " + q.Get("fieldSelector")
+		}
+		if t, ok := first[key]; !ok || r.at.Before(t) {
+			first[key] = r.at
+		}
+	}
+	if len(first) == 0 {
+		return 0, 0, 0, 0
+	}
+	at := slices.SortedFunc(maps.Values(first), time.Time.Compare)
+	j := 0
+	for i := range at {
+		for at[i].Sub(at[j]) >= time.Second {
+			j++
+		}
+		busiest = max(busiest, i-j+1)
+	}
+	return busiest, at[len(at)/2].Sub(at[0]), at[len(at)-1].Sub(at[0]), len(at)
 }
 
 func countScale(reqs []scaleReq, prefix string, from, to time.Time) scaleCount {

@@ -217,6 +217,15 @@ var figures = []figure{
 	{Area: scaleArea, What: "same: first start -> last exit (starts spread over 5 s)", Bench: "BenchmarkScale",
 		Ours: "agent-restart-last-exit-s", Base: "entrypoint-restart-last-exit-s", BaseIs: "the 500 loops (their 2 s sleep)", Unit: "s"},
 
+	{Area: scaleArea, What: "API server killed under the 500 waiting agents, back after 5 s: share of their 2,500 watches resumed in the busiest second", Bench: "BenchmarkScale",
+		Ours: "agent-resume-busiest-second-%", Unit: "%", Target: "not all in the same second", Headline: "API server restarted under 500 waiting agents: share of their watches resumed in the busiest second"},
+	{Area: scaleArea, What: "same: the median watch resumed, after the first", Bench: "BenchmarkScale",
+		Ours: "agent-resume-median-s", Unit: "s"},
+	{Area: scaleArea, What: "same: the last watch resumed, after the first", Bench: "BenchmarkScale",
+		Ours: "agent-resume-last-s", Unit: "s"},
+	{Area: scaleArea, What: "same: requests per agent the API server received, kill to all back", Bench: "BenchmarkScale",
+		Ours: "agent-resume-req/pod"},
+
 	{Area: sizeArea, What: "`kolla-agent`, stripped, static, every duty linked", Bench: "BenchmarkBinarySize",
 		Ours: "agent-bytes", Unit: "bytes", Target: "<= 20,000,000 (kubernetes-entrypoint: 44 MB)", Headline: "stripped static binary, every duty (budget 20,000,000 bytes; kubernetes-entrypoint: 44 MB)"},
 
