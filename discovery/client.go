@@ -59,14 +59,17 @@ func NewKube(cfg *rest.Config, log *slog.Logger) (*Kube, error) {
 }
 
 // in lists and watches one resource of one namespace ("" for cluster scope).
+// At debug level its requests are logged.
 func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister {
-	l := loggedLister{log: k.log.With("resource", gvr.GroupResource().String(), "namespace", ns)}
-	if ns == "" {
-		l.lister = k.dynamic.Resource(gvr)
-	} else {
-		l.lister = k.dynamic.Resource(gvr).Namespace(ns)
+	r := k.dynamic.Resource(gvr)
+	var l lister = r
+	if ns != "" {
+		l = r.Namespace(ns)
 	}
-	return l
+	if !k.log.Enabled(context.Background(), slog.LevelDebug) {
+		return l
+	}
+	return loggedLister{lister: l, log: k.log.With("resource", gvr.GroupResource().String(), "namespace", ns)}
 }
 
 // loggedLister says at debug level which requests the agent makes: a
@@ -80,25 +83,21 @@ type loggedLister struct {
 
 func (l loggedLister) List(ctx context.Context, o metav1.ListOptions) (*unstructured.UnstructuredList, error) {
 	list, err := l.lister.List(ctx, o)
-	if l.log.Enabled(ctx, slog.LevelDebug) {
-		if err != nil {
-			l.log.Debug("API list", "labels", o.LabelSelector, "fields", o.FieldSelector, "error", err.Error())
-		} else {
-			l.log.Debug("API list", "labels", o.LabelSelector, "fields", o.FieldSelector, "items", len(list.Items), "resourceVersion", list.GetResourceVersion())
-		}
+	if err != nil {
+		l.log.Debug("API list", "labels", o.LabelSelector, "fields", o.FieldSelector, "error", err.Error())
+	} else {
+		l.log.Debug("API list", "labels", o.LabelSelector, "fields", o.FieldSelector, "items", len(list.Items), "resourceVersion", list.GetResourceVersion())
 	}
 	return list, err
 }
 
 func (l loggedLister) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 	wi, err := l.lister.Watch(ctx, o)
-	if l.log.Enabled(ctx, slog.LevelDebug) {
-		attrs := []any{"labels", o.LabelSelector, "fields", o.FieldSelector, "from", o.ResourceVersion}
-		if err != nil {
-			attrs = append(attrs, "error", err.Error())
-		}
-		l.log.Debug("API watch", attrs...)
+	attrs := []any{"labels", o.LabelSelector, "fields", o.FieldSelector, "from", o.ResourceVersion}
+	if err != nil {
+		attrs = append(attrs, "error", err.Error())
 	}
+	l.log.Debug("API watch", attrs...)
 	return wi, err
 }
 

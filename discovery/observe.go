@@ -73,7 +73,7 @@ func (o *Observed) Next() <-chan []*unstructured.Unstructured {
 // namespace-wide watch) and sends the set on C; once followed, it watches
 // them (resumed on errors, never a poll) and sends the whole set after every
 // change. API errors go to onErr (nil: dropped) as they happen; they are
-// retried with backoff.
+// retried on apiRetry's schedule.
 func (k *Kube) Observe(ctx context.Context, gvr schema.GroupVersionResource, ns string, sel Selector, onErr func(op string, err error)) *Observed {
 	if onErr == nil {
 		onErr = func(string, error) {}
@@ -81,35 +81,32 @@ func (k *Kube) Observe(ctx context.Context, gvr schema.GroupVersionResource, ns 
 	out := make(chan []*unstructured.Unstructured, 1)
 	o := &Observed{C: out, follow: make(chan struct{})}
 	lw := newListWatch(k.in(gvr, ns), sel.narrow(), onErr)
+	// watchSet returns only once ctx ends: it retries API errors itself.
 	go func() {
 		defer close(out)
-		b := backoff()
 		listed := false
-		for ctx.Err() == nil {
-			watchSet(ctx, lw, sleepCtx, func(objs []any) (bool, error) {
-				set := make([]*unstructured.Unstructured, 0, len(objs))
-				for _, o := range objs {
-					if u, ok := o.(*unstructured.Unstructured); ok {
-						set = append(set, u)
-					}
+		watchSet(ctx, lw, sleepCtx, func(objs []any) (bool, error) {
+			set := make([]*unstructured.Unstructured, 0, len(objs))
+			for _, o := range objs {
+				if u, ok := o.(*unstructured.Unstructured); ok {
+					set = append(set, u)
 				}
-				select { // keep only the latest set
-				case <-out:
-				default:
+			}
+			select { // keep only the latest set
+			case <-out:
+			default:
+			}
+			out <- set
+			if !listed { // no watch until the caller asks for one
+				listed = true
+				select {
+				case <-o.follow:
+				case <-ctx.Done():
+					return true, nil
 				}
-				out <- set
-				if !listed { // no watch until the caller asks for one
-					listed = true
-					select {
-					case <-o.follow:
-					case <-ctx.Done():
-						return true, nil
-					}
-				}
-				return false, nil
-			})
-			sleepCtx(ctx, b.Step()) // the watch ended: start again
-		}
+			}
+			return false, nil
+		})
 	}()
 	return o
 }
