@@ -5,7 +5,9 @@
 # (a trimmed build with only the plugins the tests use), rsyslog, the OpenStack
 # services and RabbitMQ that probe tests run (Debian), and kubelet-atomic-writer
 # (the kubelet's ConfigMap volume writer, from the same k8s.io/kubernetes module),
-# and a Fluent forward server (the npm package @fluent-org/logger, run by Node).
+# a Fluent forward server (the npm package @fluent-org/logger, run by Node),
+# and the node: kubelet, kube-proxy, containerd 2 and Debian's runc and CNI
+# plugins (install_node).
 #
 # Built binaries are cached outside the checkout, keyed by version, so a second run
 # is a no-op. Prints the bin directory on its last line.
@@ -28,6 +30,12 @@ COREDNS_RECIPE=r2
 # from an older recipe is rebuilt once.
 ATOMICWRITER_RECIPE=r1
 FLUENT_LOGGER_VERSION=${FLUENT_LOGGER_VERSION:-1.0.10}
+# The node's container runtime. Kubernetes 1.35 was the last release to
+# support containerd 1.x, so Debian's containerd is not enough: containerd 2
+# is built from its module, as the control plane is.
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+# Bump when the node build recipes below change.
+NODE_RECIPE=r1
 CACHE=${KOLLA_AGENT_CACHE:-$HOME/.cache/kolla-agent}
 BIN="$CACHE/bin"
 mkdir -p "$BIN"
@@ -184,6 +192,9 @@ kube_build_module() {
 			import (
 				_ "k8s.io/kubernetes/cmd/kube-apiserver"
 				_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+				_ "k8s.io/kubernetes/cmd/kube-proxy"
+				_ "k8s.io/kubernetes/cmd/kube-scheduler"
+				_ "k8s.io/kubernetes/cmd/kubelet"
 			)
 		EOF
 	)
@@ -198,13 +209,91 @@ install_kube() {
 	(
 		cd "$dir"
 		GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
-		local pkg=k8s.io/component-base/version
-		local ld="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2) -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-		local pkg2=k8s.io/client-go/pkg/version
-		ld="$ld -X $pkg2.gitVersion=$K8S_VERSION -X $pkg2.gitMajor=1 -X $pkg2.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
+		local ld
+		ld=$(kube_ldflags)
 		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -ldflags "$ld" -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 		CGO_ENABLED=0 GOFLAGS=-mod=mod go build -ldflags "$ld" -o "$BIN/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager
 	)
+	touch "$stamp"
+}
+
+# The node: kubelet, kube-proxy and kube-scheduler from the same module as the control plane,
+# containerd 2 with its runc shim and ctr from the containerd/v2 module, and
+# Debian's runc, CNI plugins, iptables, conntrack, iproute2 and mmdebstrap
+# (the service images' Debian roots). hack/testenv runs them as root.
+install_node() {
+	apt_install runc containernetworking-plugins iptables conntrack iproute2 mmdebstrap
+	install_kube_node
+	install_containerd
+}
+
+kube_ldflags() {
+	local pkg=k8s.io/component-base/version minor
+	minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+	local ld="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+	local pkg2=k8s.io/client-go/pkg/version
+	echo "$ld -X $pkg2.gitVersion=$K8S_VERSION -X $pkg2.gitMajor=1 -X $pkg2.gitMinor=$minor"
+}
+
+install_kube_node() {
+	local stamp="$BIN/.kube-node-$K8S_VERSION-$NODE_RECIPE"
+	[ -f "$stamp" ] && [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-proxy" ] && [ -x "$BIN/kube-scheduler" ] && return 0
+	local dir="$CACHE/build/kube-$K8S_VERSION"
+	log "building kubelet, kube-proxy and kube-scheduler $K8S_VERSION (cold: ~5 min on 2 cores)"
+	kube_build_module
+	(
+		cd "$dir"
+		GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
+		local ld
+		ld=$(kube_ldflags)
+		local cmd
+		for cmd in kubelet kube-proxy kube-scheduler; do
+			CGO_ENABLED=0 GOFLAGS=-mod=mod go build -ldflags "$ld" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd"
+			mv -f "$BIN/$cmd.tmp" "$BIN/$cmd"
+		done
+	)
+	rm -f "$BIN/.kube-node-$K8S_VERSION"-r*
+	touch "$stamp"
+}
+
+# containerd, its runc shim and ctr, static, from a throwaway module that
+# requires github.com/containerd/containerd/v2 (the snapshotters that need
+# cgo or kernel features this node lacks are left out by build tags).
+install_containerd() {
+	local stamp="$BIN/.containerd-$CONTAINERD_VERSION-$NODE_RECIPE"
+	[ -f "$stamp" ] && [ -x "$BIN/containerd" ] && [ -x "$BIN/containerd-shim-runc-v2" ] && [ -x "$BIN/ctr" ] && return 0
+	local dir="$CACHE/build/containerd-$CONTAINERD_VERSION"
+	mkdir -p "$dir"
+	log "building containerd $CONTAINERD_VERSION (github.com/containerd/containerd/v2, cold: ~2 min)"
+	(
+		cd "$dir"
+		cat >go.mod <<-EOF
+			module kolla-agent.test/containerdbuild
+
+			go 1.24
+
+			require github.com/containerd/containerd/v2 $CONTAINERD_VERSION
+		EOF
+		cat >tools.go <<-'EOF'
+			//go:build tools
+
+			package tools
+
+			import (
+				_ "github.com/containerd/containerd/v2/cmd/containerd"
+				_ "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"
+				_ "github.com/containerd/containerd/v2/cmd/ctr"
+			)
+		EOF
+		GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
+		local tags="no_btrfs no_devmapper no_zfs no_tracing"
+		local ld="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+		for cmd in containerd containerd-shim-runc-v2 ctr; do
+			CGO_ENABLED=0 GOFLAGS=-mod=mod go build -tags "$tags" -ldflags "$ld" -o "$BIN/$cmd.tmp" "github.com/containerd/containerd/v2/cmd/$cmd"
+			mv -f "$BIN/$cmd.tmp" "$BIN/$cmd"
+		done
+	)
+	rm -f "$BIN/.containerd-$CONTAINERD_VERSION"-r*
 	touch "$stamp"
 }
 
@@ -383,6 +472,7 @@ all)
 	install_kube
 	install_atomicwriter
 	install_fluent
+	install_node
 	;;
 etcd) install_etcd ;;
 rsyslog) install_rsyslog ;;
@@ -391,8 +481,9 @@ coredns) install_coredns ;;
 kube) install_kube ;;
 atomicwriter) install_atomicwriter ;;
 fluent) install_fluent ;;
+node) install_node ;;
 *)
-	echo "usage: $0 [all|etcd|rsyslog|services|coredns|kube|atomicwriter|fluent]" >&2
+	echo "usage: $0 [all|etcd|rsyslog|services|coredns|kube|atomicwriter|fluent|node]" >&2
 	exit 1
 	;;
 esac

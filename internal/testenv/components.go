@@ -27,6 +27,10 @@ const serviceCIDR = "10.96.0.0/16"
 // needs a cloud, node IPAM, real node health or volumes.
 const controllers = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach"
 
+// nodeControllers is what it runs with a real node: node lifecycle too,
+// which lifts a new Node's not-ready taint once the kubelet reports Ready.
+const nodeControllers = "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach"
+
 // launch starts a component and waits until ready reports nil; a ready error
 // wrapping errPortClash ends the wait at once. On failure the process is
 // stopped, so the caller only ever records ready processes.
@@ -114,21 +118,18 @@ func (e *Env) startEtcd(ctx context.Context) (*proc.Process, error) {
 func (e *Env) startAPIServer(ctx context.Context) (*proc.Process, error) {
 	args := []string{
 		"--etcd-servers=http://127.0.0.1:" + strconv.Itoa(e.ports.EtcdClient),
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + e.host,
+		"--advertise-address=" + e.host,
 		"--secure-port=" + strconv.Itoa(e.ports.APIServer),
 		// A self-signed serving certificate is generated here on first
 		// start and reused on restart, so clients keep trusting it.
 		"--cert-dir=" + e.path(dirCerts),
 		"--token-auth-file=" + e.path(fileTokens),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=" + e.authorizationMode(),
 		"--service-account-issuer=https://kubernetes.default.svc." + ClusterDomain,
 		"--service-account-key-file=" + e.path(fileSAPub),
 		"--service-account-signing-key-file=" + e.path(fileSAKey),
 		"--service-cluster-ip-range=" + serviceCIDR,
-		// Pods would otherwise be rejected until the controller manager has
-		// created the namespace's default ServiceAccount: a race in every test.
-		"--disable-admission-plugins=ServiceAccount",
 		"--audit-policy-file=" + e.path(fileAuditPolicy),
 		"--audit-log-path=" + e.AuditLog,
 		"--audit-log-format=json",
@@ -137,17 +138,39 @@ func (e *Env) startAPIServer(ctx context.Context) (*proc.Process, error) {
 		// 100 MB rotation, which a 500-agent benchmark passes, and
 		// Requests reads only this file.
 		"--audit-log-maxsize=100000",
-		// 127.0.0.1 is not a valid endpoint address: the default reconciler
-		// fails every 10 s writing it into the "kubernetes" Service's
-		// Endpoints. Nothing here needs those endpoints.
-		"--endpoint-reconciler-type=none",
 		// On SIGTERM, stop after 2 s instead of waiting up to a minute for
 		// open watches (those of the controller manager and CoreDNS) to end.
 		"--shutdown-send-retry-after=true",
 		"--allow-privileged=true",
 		"--profiling=false",
 	}
+	if e.node {
+		// What a real cluster runs: pods get their ServiceAccount's
+		// projected token, and the kubelet may touch only its own Node and
+		// pods. The node's address is a valid endpoint, so the
+		// "kubernetes" Service gets one for kube-proxy to route to.
+		args = append(args, "--enable-admission-plugins=NodeRestriction")
+	} else {
+		args = append(args,
+			// Pods would otherwise be rejected until the controller manager
+			// has created the namespace's default ServiceAccount: a race in
+			// every test.
+			"--disable-admission-plugins=ServiceAccount",
+			// 127.0.0.1 is not a valid endpoint address: the default
+			// reconciler fails every 10 s writing it into the "kubernetes"
+			// Service's Endpoints. Nothing here needs those endpoints.
+			"--endpoint-reconciler-type=none",
+		)
+	}
 	return e.launch(ctx, APIServer, args, func(ctx context.Context, _ *proc.Process) error { return e.apiserverReady(ctx) })
+}
+
+// authorizationMode adds the Node authorizer when a kubelet runs.
+func (e *Env) authorizationMode() string {
+	if e.node {
+		return "Node,RBAC"
+	}
+	return "RBAC"
 }
 
 func (e *Env) apiserverReady(ctx context.Context) error {
@@ -159,7 +182,7 @@ func (e *Env) startControllerManager(ctx context.Context) (*proc.Process, error)
 		"--kubeconfig=" + e.path(fileKCMKubeconfig),
 		"--leader-elect=false",
 		"--secure-port=0",
-		"--controllers=" + controllers,
+		"--controllers=" + e.controllers(),
 		"--service-account-private-key-file=" + e.path(fileSAKey),
 		"--root-ca-file=" + filepath.Join(e.path(dirCerts), "apiserver.crt"),
 		// The default 20 QPS makes the Job and EndpointSlice controllers
@@ -168,6 +191,13 @@ func (e *Env) startControllerManager(ctx context.Context) (*proc.Process, error)
 		"--kube-api-burst=400",
 	}
 	return e.launch(ctx, ControllerManager, args, func(ctx context.Context, _ *proc.Process) error { return e.serviceAccountsWork(ctx) })
+}
+
+func (e *Env) controllers() string {
+	if e.node {
+		return nodeControllers
+	}
+	return controllers
 }
 
 // serviceAccountsWork checks the ServiceAccount machinery end to end: the
@@ -188,14 +218,14 @@ func (e *Env) serviceAccountsWork(ctx context.Context) error {
 func (e *Env) startCoreDNS(ctx context.Context) (*proc.Process, error) {
 	// No cache plugin: tests see the API's current state, not a cached answer.
 	corefile := fmt.Sprintf(`.:%d {
-    bind 127.0.0.1
+    bind %s
     errors
     kubernetes %s in-addr.arpa ip6.arpa {
         kubeconfig "%s"
         ttl 5
     }
 }
-`, e.ports.DNS, ClusterDomain, e.path(fileDNSKubeconfig))
+`, e.ports.DNS, e.dnsBind(), ClusterDomain, e.path(fileDNSKubeconfig))
 	if err := writeFile(e.path(fileCorefile), []byte(corefile), 0o644); err != nil {
 		return nil, err
 	}
@@ -213,13 +243,25 @@ func (e *Env) startCoreDNS(ctx context.Context) (*proc.Process, error) {
 	})
 }
 
+// dnsBind is where CoreDNS listens: loopback, and the node's address for
+// pods when a node runs (the kube-dns Service routes there).
+func (e *Env) dnsBind() string {
+	if e.node {
+		return "127.0.0.1 " + NodeIP
+	}
+	return "127.0.0.1"
+}
+
 // dnsAnswers asks CoreDNS for the kubernetes Service, which proves it serves
 // on its port and has synced with the API server.
-func (e *Env) dnsAnswers(ctx context.Context) error {
+func (e *Env) dnsAnswers(ctx context.Context) error { return dnsAnswersAt(ctx, e.dnsAddr()) }
+
+// dnsAnswersAt asks the DNS server at addr for the kubernetes Service.
+func dnsAnswersAt(ctx context.Context, addr string) error {
 	m := new(dns.Msg)
 	m.SetQuestion("kubernetes.default.svc."+ClusterDomain+".", dns.TypeA)
 	c := &dns.Client{Timeout: time.Second}
-	r, _, err := c.ExchangeContext(ctx, m, e.dnsAddr())
+	r, _, err := c.ExchangeContext(ctx, m, addr)
 	if err != nil {
 		return err
 	}
@@ -229,13 +271,22 @@ func (e *Env) dnsAnswers(ctx context.Context) error {
 	return nil
 }
 
-// get is a health probe: GET url and expect 200 with want in the body.
-func (e *Env) get(ctx context.Context, url, want string) error {
+// get is a health probe: GET url and expect 200 with want in the body. An
+// https URL gets the admin token (the API server's /readyz needs one).
+func (e *Env) get(ctx context.Context, url, want string) error { return e.getAs(ctx, url, want, true) }
+
+// getAnonymous is get without a token, for a component whose health
+// endpoints are open but which cannot check the API server's tokens.
+func (e *Env) getAnonymous(ctx context.Context, url, want string) error {
+	return e.getAs(ctx, url, want, false)
+}
+
+func (e *Env) getAs(ctx context.Context, url, want string, withToken bool) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	if t := e.tokens[userAdmin]; t != "" && strings.HasPrefix(url, "https:") {
+	if t := e.tokens[userAdmin]; withToken && t != "" && strings.HasPrefix(url, "https:") {
 		req.Header.Set("Authorization", "Bearer "+t)
 	}
 	resp, err := e.probe.Do(req)

@@ -30,8 +30,15 @@ const (
 	CoreDNS           = "coredns"
 )
 
-// components lists the component names in start order.
-func components() []string { return []string{Etcd, APIServer, ControllerManager, CoreDNS} }
+// components lists the component names in start order: the control plane,
+// then the node's when it runs.
+func (e *Env) components() []string {
+	c := []string{Etcd, APIServer, ControllerManager, CoreDNS}
+	if e.node {
+		c = append(c, nodeComponents()...)
+	}
+	return c
+}
 
 // startTimeout bounds Start as a whole; a cold start on a loaded 2-core CI
 // machine takes a few seconds, so this only catches a component that hangs.
@@ -59,6 +66,11 @@ type Env struct {
 
 	bin    string
 	detach bool
+	// node: a real node runs too (Options.Node); host is the address the
+	// API server listens on and serves (NodeIP with a node, else 127.0.0.1).
+	node          bool
+	host          string
+	syncFrequency time.Duration
 	ports  ports
 	tokens map[string]string
 	admin  *rest.Config
@@ -95,14 +107,18 @@ func BinDir() string { return filepath.Join(CacheDir(), "bin") }
 // the API. The components die with
 // the calling process; call Stop when done. Files of an earlier Env in dir
 // are replaced (that Env must be stopped).
-func Start(dir string) (*Env, error) { return start(dir, false) }
+func Start(dir string) (*Env, error) { return StartWith(dir, Options{}) }
 
 // StartDetached is Start for processes that must outlive the caller
 // (hack/testenv up): each runs in its own session, without a parent-death
 // signal. Stop them with Open(dir) and Stop.
-func StartDetached(dir string) (*Env, error) { return start(dir, true) }
+func StartDetached(dir string) (*Env, error) { return StartWith(dir, Options{Detach: true}) }
 
-func start(dir string, detach bool) (*Env, error) {
+// StartWith is Start with options: a real node (Options.Node), detached
+// processes. With a node it returns once the Node is Ready and kube-proxy
+// routes the cluster's Services; it fails, saying why, where NodeMissing
+// does.
+func StartWith(dir string, o Options) (*Env, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
@@ -111,15 +127,29 @@ func start(dir string, detach bool) (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
-	e := newEnv(abs, BinDir(), detach)
+	if o.Node {
+		if why := NodeMissing(); why != "" {
+			return nil, fmt.Errorf("testenv: no node: %s", why)
+		}
+	}
+	e := newEnv(abs, BinDir(), o.Detach)
 	e.Etcd.Source = source
-	for _, name := range components() {
+	e.node, e.syncFrequency = o.Node, o.SyncFrequency
+	if o.Node {
+		e.host = NodeIP
+	}
+	for _, name := range e.components() {
 		if _, err := exec.LookPath(e.binary(name)); err != nil {
 			return nil, fmt.Errorf("testenv: %s is not installed (run hack/install-tools.sh): %w", e.binary(name), err)
 		}
 	}
 	if err := e.prepare(); err != nil {
 		return nil, fmt.Errorf("testenv: prepare %s: %w", abs, err)
+	}
+	if e.node {
+		if err := e.setupHost(); err != nil {
+			return nil, errors.Join(fmt.Errorf("testenv: %w", err), e.Stop())
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
@@ -133,6 +163,7 @@ func newEnv(dir, bin string, detach bool) *Env {
 	return &Env{
 		Dir:           dir,
 		Kubeconfig:    filepath.Join(dir, fileKubeconfig),
+		host:          "127.0.0.1",
 		ClusterDomain: ClusterDomain,
 		AuditLog:      filepath.Join(dir, fileAuditLog),
 		bin:           bin,
@@ -163,7 +194,11 @@ func (e *Env) prepare() error {
 		}
 	}
 	e.tokens = map[string]string{}
-	for _, u := range []string{userAdmin, userKCM, userCoreDNS} {
+	users := []string{userAdmin, userKCM, userCoreDNS}
+	if e.node {
+		users = append(users, userKubelet, userProxy, userScheduler)
+	}
+	for _, u := range users {
 		t, err := newToken()
 		if err != nil {
 			return err
@@ -234,18 +269,29 @@ func (e *Env) startAll(ctx context.Context) error {
 	if err := errors.Join(kcmErr, dnsErr); err != nil {
 		return err
 	}
+	if e.node {
+		if err := e.startNode(ctx); err != nil {
+			return err
+		}
+	}
 	return e.writeUserFiles()
 }
 
 // writeKubeconfigs writes the admin kubeconfig and one per component, now
 // that the API server has written its serving certificate.
 func (e *Env) writeKubeconfigs() error {
-	ca, err := servingCA(e.path(dirCerts))
+	ca, err := servingCA(e.path(dirCerts), e.host)
 	if err != nil {
 		return err
 	}
 	server := e.serverURL()
-	for file, user := range map[string]string{fileKubeconfig: userAdmin, fileKCMKubeconfig: userKCM, fileDNSKubeconfig: userCoreDNS} {
+	files := map[string]string{fileKubeconfig: userAdmin, fileKCMKubeconfig: userKCM, fileDNSKubeconfig: userCoreDNS}
+	if e.node {
+		files[fileKubeletKubeconfig] = userKubelet
+		files[fileProxyKubeconfig] = userProxy
+		files[fileSchedulerKubeconfig] = userScheduler
+	}
+	for file, user := range files {
 		if err := writeKubeconfig(e.path(file), server, ca, user, e.tokens[user], ""); err != nil {
 			return err
 		}
@@ -275,9 +321,12 @@ func (e *Env) writeUserFiles() error {
 	e.DNSAddr = e.dnsAddr()
 	env := fmt.Sprintf("export KUBECONFIG=%s\nexport KOLLA_AGENT_DNS_SERVER=%s\nexport CLUSTER_DOMAIN=%s\n",
 		shellQuote(e.Kubeconfig), e.DNSAddr, e.ClusterDomain)
+	if e.node {
+		env += "export TESTENV_NODE=" + NodeName + "\n"
+	}
 	return errors.Join(
 		writeFile(e.path(fileEnv), []byte(env), 0o644),
-		writeState(e.path(fileState), state{Ports: e.ports, Bin: e.bin, Detached: e.detach, Token: e.tokens[userAdmin], Etcd: e.Etcd}),
+		writeState(e.path(fileState), state{Ports: e.ports, Host: e.host, Node: e.node, Bin: e.bin, Detached: e.detach, Token: e.tokens[userAdmin], Etcd: e.Etcd}),
 		e.writePids(),
 	)
 }
@@ -286,7 +335,7 @@ func (e *Env) writeUserFiles() error {
 // other goroutine can see e yet.
 func (e *Env) writePids() error {
 	var b strings.Builder
-	for _, name := range components() {
+	for _, name := range e.components() {
 		if p := e.procs[name]; p != nil {
 			fmt.Fprintf(&b, "%s %d\n", name, p.Pid)
 		}
@@ -312,6 +361,10 @@ func Open(dir string) (*Env, error) {
 	e := newEnv(abs, st.Bin, st.Detached)
 	e.ports = st.Ports
 	e.Etcd = st.Etcd
+	e.node = st.Node
+	if st.Host != "" {
+		e.host = st.Host
+	}
 	e.DNSAddr = e.dnsAddr()
 	e.tokens = map[string]string{userAdmin: st.Token}
 	for _, pe := range pids {
@@ -319,7 +372,7 @@ func Open(dir string) (*Env, error) {
 			e.procs[pe.name] = p
 		}
 	}
-	ca, err := servingCA(e.path(dirCerts))
+	ca, err := servingCA(e.path(dirCerts), e.host)
 	if err != nil {
 		return nil, fmt.Errorf("testenv: %w", err)
 	}
@@ -333,7 +386,7 @@ func Open(dir string) (*Env, error) {
 // ready and CoreDNS answers.
 func (e *Env) Healthy(ctx context.Context) error {
 	e.mu.Lock()
-	for _, name := range components() {
+	for _, name := range e.components() {
 		if p := e.procs[name]; p == nil || p.Exited() {
 			e.mu.Unlock()
 			return fmt.Errorf("testenv: %s is not running", name)
@@ -352,9 +405,12 @@ func (e *Env) Stop() error {
 		return nil
 	}
 	e.stopped = true
-	// Clients of the API server first, etcd last: an API server whose etcd
-	// is gone hangs in its graceful shutdown until SIGKILL.
+	// The node first, then clients of the API server, etcd last: an API
+	// server whose etcd is gone hangs in its graceful shutdown until SIGKILL.
 	var errs []error
+	if e.node {
+		errs = append(errs, e.stopNode())
+	}
 	for _, stage := range [][]string{{CoreDNS, ControllerManager}, {APIServer}, {Etcd}} {
 		stageErrs := make([]error, len(stage))
 		var wg sync.WaitGroup
@@ -365,6 +421,9 @@ func (e *Env) Stop() error {
 		}
 		wg.Wait()
 		errs = append(errs, stageErrs...)
+	}
+	if e.node {
+		errs = append(errs, e.restoreNodeHost())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -469,6 +528,9 @@ func (e *Env) Client() kubernetes.Interface { return e.client }
 
 func (e *Env) path(name string) string { return filepath.Join(e.Dir, name) }
 
-func (e *Env) serverURL() string { return "https://127.0.0.1:" + strconv.Itoa(e.ports.APIServer) }
+func (e *Env) serverURL() string { return "https://" + e.host + ":" + strconv.Itoa(e.ports.APIServer) }
+
+// Node reports whether a real node runs (Options.Node).
+func (e *Env) Node() bool { return e.node }
 
 func (e *Env) dnsAddr() string { return "127.0.0.1:" + strconv.Itoa(e.ports.DNS) }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -32,6 +33,10 @@ const (
 	fileCorefile      = "Corefile"
 	fileKCMKubeconfig = "kube-controller-manager.kubeconfig"
 	fileDNSKubeconfig = "coredns.kubeconfig"
+	// The node's components', when it runs.
+	fileSchedulerKubeconfig = "kube-scheduler.kubeconfig"
+	fileKubeletKubeconfig   = "kubelet.kubeconfig"
+	fileProxyKubeconfig     = "kube-proxy.kubeconfig"
 	dirEtcdData       = "etcd-data"
 	dirCerts          = "apiserver-certs"
 	dirAgents         = "agents"
@@ -48,16 +53,33 @@ rules:
 `
 
 // Identities in the static token file. Each component gets its own user so
-// the audit log tells them apart; all are cluster admins.
+// the audit log tells them apart. The control plane's are cluster admins;
+// the node's have what a real cluster gives them: the kubelet is
+// system:node:NAME in system:nodes (the Node authorizer and NodeRestriction
+// judge it), kube-proxy and the scheduler the users their default
+// ClusterRoleBindings name.
 const (
-	userAdmin   = "admin"
-	userKCM     = "system:kube-controller-manager"
-	userCoreDNS = "coredns"
+	userAdmin     = "admin"
+	userKCM       = "system:kube-controller-manager"
+	userCoreDNS   = "coredns"
+	userKubelet   = "system:node:" + NodeName
+	userProxy     = "system:kube-proxy"
+	userScheduler = "system:kube-scheduler"
 )
+
+// tokenGroups is each user's groups in the static token file.
+func tokenGroups() map[string]string {
+	return map[string]string{
+		userAdmin: "system:masters", userKCM: "system:masters", userCoreDNS: "system:masters",
+		userKubelet: "system:nodes", userProxy: "", userScheduler: "",
+	}
+}
 
 // state is what Open needs to find a running Env again.
 type state struct {
 	Ports    ports    `json:"ports"`
+	Host     string   `json:"host"`
+	Node     bool     `json:"node"`
 	Bin      string   `json:"bin"`
 	Detached bool     `json:"detached"`
 	Token    string   `json:"token"`
@@ -80,12 +102,22 @@ func newToken() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// writeTokens writes the static token file: one admin token per user,
-// each in system:masters.
+// writeTokens writes the static token file: a token per user with the
+// user's groups (tokenGroups).
 func writeTokens(path string, tokens map[string]string) error {
 	var b strings.Builder
-	for _, user := range []string{userAdmin, userKCM, userCoreDNS} {
-		fmt.Fprintf(&b, "%s,%s,%s,\"system:masters\"\n", tokens[user], user, user)
+	groups := tokenGroups()
+	users := make([]string, 0, len(tokens))
+	for user := range tokens {
+		users = append(users, user)
+	}
+	sort.Strings(users)
+	for _, user := range users {
+		fmt.Fprintf(&b, "%s,%s,%s", tokens[user], user, user)
+		if g := groups[user]; g != "" {
+			fmt.Fprintf(&b, ",%q", g)
+		}
+		b.WriteString("\n")
 	}
 	return writeFile(path, []byte(b.String()), 0o600)
 }
@@ -113,9 +145,9 @@ func ensureSAKey(keyPath, pubPath string) error {
 }
 
 // servingCA returns the API server's self-signed serving certificate bundle
-// (leaf + its CA) when it verifies for 127.0.0.1, or nil when clients have to
-// skip verification.
-func servingCA(certDir string) ([]byte, error) {
+// (leaf + its CA) when it verifies for host (the address it listens on), or
+// nil when clients have to skip verification.
+func servingCA(certDir, host string) ([]byte, error) {
 	data, err := os.ReadFile(filepath.Join(certDir, "apiserver.crt"))
 	if err != nil {
 		return nil, err
@@ -140,7 +172,7 @@ func servingCA(certDir string) ([]byte, error) {
 	for _, c := range certs {
 		roots.AddCert(c)
 	}
-	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, DNSName: "127.0.0.1"}); err != nil {
+	if _, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, DNSName: host}); err != nil {
 		return nil, nil
 	}
 	return data, nil

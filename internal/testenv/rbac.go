@@ -88,7 +88,7 @@ func (e *Env) AgentKubeconfigWith(ctx context.Context, namespace string, manifes
 	if err != nil {
 		return "", fmt.Errorf("testenv: token for %s/%s: %w", namespace, objs.sa.Name, err)
 	}
-	ca, err := servingCA(e.path(dirCerts))
+	ca, err := servingCA(e.path(dirCerts), e.host)
 	if err != nil {
 		return "", fmt.Errorf("testenv: %w", err)
 	}

@@ -1,8 +1,10 @@
 // Command testenv starts and stops the local control plane for developers:
 // hack/testenv runs it. "up DIR" leaves etcd (TESTENV_ETCD picks which:
-// see testenv.EtcdEnv), kube-apiserver,
-// kube-controller-manager and CoreDNS running after it exits; "down DIR"
-// stops exactly the processes recorded in DIR/pids.
+// see testenv.EtcdEnv), kube-apiserver, kube-controller-manager and CoreDNS
+// running after it exits, and, as root unless --no-node, a real node
+// (containerd, kubelet, kube-proxy, kube-scheduler); "down DIR" stops
+// exactly the processes recorded in DIR/pids and puts the host back as the
+// node found it.
 package main
 
 import (
@@ -17,19 +19,25 @@ import (
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
 
-const usage = `usage: hack/testenv up DIR     start a control plane in DIR (no-op if one runs there)
-       hack/testenv down DIR   stop the control plane started in DIR
+const usage = `usage: hack/testenv up [--no-node] DIR   start a control plane in DIR (no-op if one runs there),
+                                       and a node when run as root
+       hack/testenv down DIR             stop what up started in DIR and restore the host
 `
 
 func main() {
-	if len(os.Args) != 3 {
+	args := os.Args[1:]
+	withNode := os.Geteuid() == 0
+	if len(args) == 3 && args[0] == "up" && args[1] == "--no-node" {
+		args, withNode = []string{"up", args[2]}, false
+	}
+	if len(args) != 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(1)
 	}
 	var err error
-	switch cmd, dir := os.Args[1], os.Args[2]; cmd {
+	switch cmd, dir := args[0], args[1]; cmd {
 	case "up":
-		err = up(dir)
+		err = up(dir, withNode)
 	case "down":
 		err = down(dir)
 	default:
@@ -42,7 +50,7 @@ func main() {
 	}
 }
 
-func up(dir string) error {
+func up(dir string, withNode bool) error {
 	if env, err := testenv.Open(dir); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -61,11 +69,15 @@ func up(dir string) error {
 		return err
 	}
 	start := time.Now()
-	env, err := testenv.StartDetached(dir)
+	env, err := testenv.StartWith(dir, testenv.Options{Detach: true, Node: withNode})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("testenv: control plane up in %s (%.1fs), %s\n", env.Dir, time.Since(start).Seconds(), env.Etcd)
+	what := "control plane"
+	if env.Node() {
+		what += " and node " + testenv.NodeName
+	}
+	fmt.Printf("testenv: %s up in %s (%.1fs), %s\n", what, env.Dir, time.Since(start).Seconds(), env.Etcd)
 	printUsage(env)
 	return nil
 }
@@ -82,7 +94,7 @@ func down(dir string) error {
 	if err := env.Stop(); err != nil {
 		return err
 	}
-	fmt.Printf("testenv: stopped the control plane in %s\n", env.Dir)
+	fmt.Printf("testenv: stopped what ran in %s; the host is as it was\n", env.Dir)
 	return nil
 }
 
