@@ -372,14 +372,29 @@ func (a *Agent) discoveryConfig(p *Plan, deps []discovery.Dependency) (discovery
 		cfg.DNS = r
 	}
 	kube, err := a.kubeClient()
+	if err != nil && !needAPI {
+		// A pod without a token (automountServiceAccountToken: false)
+		// waiting for ports or names: as outside a cluster.
+		a.log.Debug("no Kubernetes API client; no dependency needs one", "error", err.Error())
+		kube, err = nil, nil
+	}
 	if err != nil {
-		return cfg, err
+		return cfg, configErr("dependency %s needs the Kubernetes API: %v", firstAPIDependency(deps), err)
 	}
 	cfg.Kube = kube
 	if kube == nil && needAPI {
-		return cfg, configErr("dependencies need the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG")
+		return cfg, configErr("dependency %s needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", firstAPIDependency(deps))
 	}
 	return cfg, nil
+}
+
+func firstAPIDependency(deps []discovery.Dependency) string {
+	for _, d := range deps {
+		if d.Kind.NeedsAPI() {
+			return d.String()
+		}
+	}
+	return ""
 }
 
 // kubeClient is the agent's one API client, nil when there is no
@@ -421,6 +436,20 @@ func (a *Agent) reportFailure(p *Plan, kube *discovery.Kube, reason string, err 
 	if eerr := postEvent(ctx, kube, p.Namespace, p.PodName, "Warning", reason, msg); eerr != nil {
 		a.log.Warn("could not post the failure as an Event on the pod", "pod", p.Namespace+"/"+p.PodName, "error", eerr.Error())
 	}
+}
+
+// ConfigFailed writes a configuration error to the termination message,
+// as a failed wait is: `kubectl get pod` must say why the container exited
+// 1 too. p is the plan when there is one (agent.yaml may name another
+// path), nil when the config itself could not be read.
+func (a *Agent) ConfigFailed(p *Plan, err error) {
+	if p == nil {
+		p = &Plan{TerminationMessagePath: a.opts.TerminationMessagePath}
+		if p.TerminationMessagePath == "" {
+			p.TerminationMessagePath = DefaultTerminationMessagePath
+		}
+	}
+	a.writeTerminationMessage(p, "bad configuration: "+err.Error())
 }
 
 // writeTerminationMessage writes msg where the kubelet reads why the

@@ -244,7 +244,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		plan, err = a.LoadPlan()
 	}
 	if err != nil {
-		return exitCode(logger, err)
+		return exitCode(logger, a, plan, err)
 	}
 	switch cmd {
 	case "render":
@@ -252,7 +252,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		code, err := a.RunService(ctx, plan, fs.Args())
 		if err != nil {
-			return exitCode(logger, err)
+			return exitCode(logger, a, plan, err)
 		}
 		return code
 	case "endpoints":
@@ -267,15 +267,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if err == nil && len(changes) == 0 {
 			fmt.Fprintln(stdout, "the catalog is up to date")
 		}
-		return exitCode(logger, err)
+		return exitCode(logger, a, plan, err)
 	case "bootstrap":
 		code, err := a.BootstrapCommand(ctx, plan, fs.Args())
 		if err != nil && code == 0 {
-			return exitCode(logger, err)
+			return exitCode(logger, a, plan, err)
 		}
 		return code
 	case "sidecar":
-		return exitCode(logger, a.RunSidecar(ctx, plan))
+		return exitCode(logger, a, plan, a.RunSidecar(ctx, plan))
 	}
 	err = a.Wait(ctx, plan)
 	if err == nil {
@@ -284,7 +284,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil && len(plan.Command) > 0 {
 		err = agent.Exec(plan.Command)
 	}
-	return exitCode(logger, err)
+	return exitCode(logger, a, plan, err)
 }
 
 func render(ctx context.Context, a *agent.Agent, plan *agent.Plan, check, dryRun bool, stdout io.Writer, log *slog.Logger) int {
@@ -300,7 +300,7 @@ func render(ctx context.Context, a *agent.Agent, plan *agent.Plan, check, dryRun
 	}
 	_, diffs, err := a.Render(ctx, plan, mode)
 	if err != nil {
-		return exitCode(log, err)
+		return exitCode(log, a, plan, err)
 	}
 	for _, d := range diffs {
 		fmt.Fprintf(stdout, "%s: %s (want %s, have %s)\n", d.Path, d.What, d.Want, d.Got)
@@ -311,13 +311,18 @@ func render(ctx context.Context, a *agent.Agent, plan *agent.Plan, check, dryRun
 	return exitOK
 }
 
-func exitCode(log *slog.Logger, err error) int {
+// exitCode logs err and maps it to the exit code; a configuration error
+// also goes to the termination message (a is nil where there is no agent).
+func exitCode(log *slog.Logger, a *agent.Agent, p *agent.Plan, err error) int {
 	var cerr *agent.ConfigError
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &cerr):
 		log.Error("bad configuration", "error", err.Error())
+		if a != nil {
+			a.ConfigFailed(p, err)
+		}
 		return exitConfig
 	case errors.Is(err, bootstrap.ErrFailed), errors.Is(err, bootstrap.ErrTimeout):
 		log.Error("bootstrap failed", "error", err.Error())

@@ -71,11 +71,11 @@ type Env struct {
 	node          bool
 	host          string
 	syncFrequency time.Duration
-	ports  ports
-	tokens map[string]string
-	admin  *rest.Config
-	client kubernetes.Interface
-	probe  *http.Client
+	ports         ports
+	tokens        map[string]string
+	admin         *rest.Config
+	client        kubernetes.Interface
+	probe         *http.Client
 
 	mu      sync.Mutex
 	procs   map[string]*proc.Process

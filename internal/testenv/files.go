@@ -37,9 +37,9 @@ const (
 	fileSchedulerKubeconfig = "kube-scheduler.kubeconfig"
 	fileKubeletKubeconfig   = "kubelet.kubeconfig"
 	fileProxyKubeconfig     = "kube-proxy.kubeconfig"
-	dirEtcdData       = "etcd-data"
-	dirCerts          = "apiserver-certs"
-	dirAgents         = "agents"
+	dirEtcdData             = "etcd-data"
+	dirCerts                = "apiserver-certs"
+	dirAgents               = "agents"
 )
 
 // auditPolicy logs every request at Metadata level. RequestReceived is

@@ -70,7 +70,7 @@ func snapshotHost() (hostState, error) {
 	}
 	var errs []error
 	for _, cmd := range iptablesCommands() {
-		out, err := exec.Command(cmd+"-save").Output()
+		out, err := exec.Command(cmd + "-save").Output()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s-save: %w", cmd, err))
 			continue

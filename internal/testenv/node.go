@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -182,34 +183,47 @@ func linkExists(name string) bool {
 // DNAT, so translated Service traffic passes.
 func guardRules() [][]string {
 	ipt := func(args ...string) []string { return append([]string{"iptables", "-w"}, args...) }
-	return [][]string{
-		ipt("-N", guardChain),
-		ipt("-A", guardChain, "-d", serviceIPs, "!", "-o", NodeBridge, "-m", "addrtype", "!", "--dst-type", "LOCAL", "-j", "REJECT"),
-		ipt("-A", guardChain, "-d", podRange, "!", "-o", NodeBridge, "-m", "addrtype", "!", "--dst-type", "LOCAL", "-j", "REJECT"),
-		ipt("-N", podChain),
-		ipt("-A", podChain, "-i", NodeBridge, "!", "-o", NodeBridge, "-j", "REJECT"),
-		ipt("-I", "OUTPUT", "1", "-j", guardChain),
-		ipt("-I", "FORWARD", "1", "-j", guardChain),
-		ipt("-I", "FORWARD", "1", "-j", podChain),
+	// A TCP connection is refused with a reset, which its sender sees at
+	// once; anything else with an ICMP error.
+	reject := func(chain string, match ...string) [][]string {
+		return [][]string{
+			ipt(slices.Concat([]string{"-A", chain}, match, []string{"-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"})...),
+			ipt(slices.Concat([]string{"-A", chain}, match, []string{"-j", "REJECT"})...),
+		}
 	}
+	notLocal := []string{"!", "-o", NodeBridge, "-m", "addrtype", "!", "--dst-type", "LOCAL"}
+	return slices.Concat(
+		[][]string{ipt("-N", guardChain)},
+		reject(guardChain, append([]string{"-d", serviceIPs}, notLocal...)...),
+		reject(guardChain, append([]string{"-d", podRange}, notLocal...)...),
+		[][]string{ipt("-N", podChain)},
+		reject(podChain, "-i", NodeBridge, "!", "-o", NodeBridge),
+		[][]string{
+			ipt("-I", "OUTPUT", "1", "-j", guardChain),
+			ipt("-I", "FORWARD", "1", "-j", guardChain),
+			ipt("-I", "FORWARD", "1", "-j", podChain),
+		},
+	)
 }
 
 // GuardPackets is how many packets the guard has rejected so far; a test
 // proves the guard holds by a connection that must be refused by it.
 func GuardPackets() (int, error) {
-	out, err := exec.Command("iptables", "-w", "-L", guardChain, "-n", "-v", "-x").Output()
-	if err != nil {
-		return 0, fmt.Errorf("iptables -L %s: %w", guardChain, err)
-	}
 	total := 0
-	for l := range strings.SplitSeq(string(out), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 2 && f[2] == "REJECT" {
-			n, err := strconv.Atoi(f[0])
-			if err != nil {
-				return 0, fmt.Errorf("iptables -L %s: %q", guardChain, l)
+	for _, chain := range []string{guardChain, podChain} {
+		out, err := exec.Command("iptables", "-w", "-L", chain, "-n", "-v", "-x").Output()
+		if err != nil {
+			return 0, fmt.Errorf("iptables -L %s: %w", chain, err)
+		}
+		for l := range strings.SplitSeq(string(out), "\n") {
+			f := strings.Fields(l)
+			if len(f) > 2 && f[2] == "REJECT" {
+				n, err := strconv.Atoi(f[0])
+				if err != nil {
+					return 0, fmt.Errorf("iptables -L %s: %q", chain, l)
+				}
+				total += n
 			}
-			total += n
 		}
 	}
 	return total, nil

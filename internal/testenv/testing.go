@@ -22,20 +22,26 @@ func Main(m *testing.M, setup func(*Env)) {
 	os.Exit(run(m, setup))
 }
 
-func run(m *testing.M, setup func(*Env)) int {
+func run(m *testing.M, setup func(*Env)) int { return runWith(m, Options{}, setup) }
+
+func runWith(m *testing.M, o Options, setup func(*Env)) int {
 	dir, err := os.MkdirTemp("", "kolla-agent-testenv-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		return 1
 	}
 	began := time.Now()
-	env, err := Start(dir)
+	env, err := StartWith(dir, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%v\n(files kept in %s)\n", err, dir)
 		return 1
 	}
 	if testing.Verbose() {
-		fmt.Fprintf(os.Stderr, "testenv: control plane started in %.1fs in %s\n", time.Since(began).Seconds(), dir)
+		what := "control plane"
+		if env.node {
+			what += " and node"
+		}
+		fmt.Fprintf(os.Stderr, "testenv: %s started in %.1fs in %s\n", what, time.Since(began).Seconds(), dir)
 	}
 	// Always: which etcd ran is what a failure's reader asks first.
 	fmt.Fprintf(os.Stderr, "testenv: %s\n", env.Etcd)
@@ -85,4 +91,64 @@ func (e *Env) Namespace(t testing.TB) string {
 		}
 	})
 	return ns.Name
+}
+
+// MainNode is Main with a real node (Options{Node: true}). Where no node can
+// run here (NodeMissing: not root, or not built), the tests run with a nil
+// Env and each that needs one skips saying why (NeedNode). After the tests
+// it checks, independently of Stop's own check, that the host is as it was
+// before the node started.
+func MainNode(m *testing.M, setup func(*Env)) {
+	flag.Parse()
+	if why := NodeMissing(); why != "" {
+		fmt.Fprintf(os.Stderr, "testenv: no node: %s; the tests that need one skip\n", why)
+		os.Exit(m.Run())
+	}
+	before, err := snapshotHost()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		os.Exit(1)
+	}
+	code := runWith(m, Options{Node: true}, setup)
+	after, err := snapshotHost()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		code = 1
+	}
+	if d := before.diff(after); len(d) > 0 {
+		fmt.Fprintf(os.Stderr, "testenv: the node left the host changed:\n  %s\n", strings.Join(d, "\n  "))
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// NeedNode skips the test, saying why, when there is no node.
+func NeedNode(t testing.TB, e *Env) {
+	t.Helper()
+	if e == nil || !e.node {
+		why := NodeMissing()
+		if why == "" {
+			why = "the test environment runs no node"
+		}
+		t.Skip("needs a real node: " + why)
+	}
+}
+
+// HostSnapshot is the host state a node changes, recorded by SnapshotHost:
+// what a test of `hack/testenv down` compares with.
+type HostSnapshot struct{ s hostState }
+
+// SnapshotHost records the host state a node changes.
+func SnapshotHost() (HostSnapshot, error) {
+	s, err := snapshotHost()
+	return HostSnapshot{s}, err
+}
+
+// Diff lists what differs now from the snapshot, one line a difference.
+func (h HostSnapshot) Diff() ([]string, error) {
+	now, err := snapshotHost()
+	if err != nil {
+		return nil, err
+	}
+	return h.s.diff(now), nil
 }
