@@ -12,7 +12,7 @@ FUZZPAR   ?= 1
 # CoreDNS, rsyslog) are built or installed once and cached here.
 export KOLLA_AGENT_CACHE ?= $(HOME)/.cache/kolla-agent
 
-.PHONY: build test unit fuzz bench demo testenv tools vet clean
+.PHONY: build test unit fuzz bench demo testenv tools vet clean e2e images
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kolla-agent
@@ -25,8 +25,8 @@ vet:
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# Every test, including those against the real control plane, then each fuzz
-# target briefly.
+# Every test, including those against the real control plane and, as root,
+# the real node (e2e/), then each fuzz target briefly.
 test: tools vet
 	$(GO) test -count=1 -timeout 30m ./...
 	# The request counts once more on Debian's etcd 3.4, which serves no watch-list.
@@ -67,8 +67,23 @@ bench: tools build
 demo: build
 	bash examples/local/demo.sh $(BIN)
 
-# Start a local control plane in DIR (default .testenv); stop it with
-# `hack/testenv down DIR`.
+# The agent's images as real pods on a real node (containerd, runc, the
+# kubelet, kube-proxy): e2e/ starts its own control plane and node, builds
+# and imports the images, and checks the host is left as it was. Needs root;
+# `make test` runs it too.
+e2e: tools
+	$(GO) test -count=1 -timeout 20m -v ./e2e/
+
+# The images images/agent and images/openstack-helm describe, built from
+# `make build`'s binaries without a registry or a Docker daemon, as
+# docker-archive tarballs in bin/images/, and imported into the node of the
+# testenv in TESTENV_DIR (default .testenv) when one runs there.
+TESTENV_DIR ?= .testenv
+images: build
+	$(GO) run ./hack/images -out bin/images -import $(TESTENV_DIR)
+
+# Start a local control plane in DIR (default .testenv), with a node when run
+# as root; stop it with `hack/testenv down DIR`.
 testenv:
 	hack/testenv up $(or $(DIR),.testenv)
 

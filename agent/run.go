@@ -224,6 +224,9 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 	// passes while the agent waits, readiness says for what.
 	var pr *probeRun
 	if cfg.SteadyState() && a.supervise(cfg.Run.Supervise, true) {
+		if err := a.checkDirs(cfg); err != nil {
+			return 0, err
+		}
 		pr = a.startProbes(p)
 		defer pr.stop()
 	}

@@ -19,6 +19,9 @@ import (
 // and exits 0.
 func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 	cfg := config0(p)
+	if err := a.checkDirs(cfg); err != nil {
+		return err
+	}
 	// pids stays a nil interface without sidecar.process: a nil *Finder in
 	// it would pass every "is there a process" test and crash the checks.
 	var pids probes.PIDSource

@@ -337,3 +337,80 @@ func TestGuardKeepsRangesLocal(t *testing.T) {
 		t.Errorf("guard rejected %d packets before and %d after: the pod's packets did not meet it", before, after)
 	}
 }
+
+// agentConfigMap creates a ConfigMap "agent" holding agent.yaml.
+func agentConfigMap(t *testing.T, ns, agentYAML string) {
+	t.Helper()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: ns}, Data: map[string]string{"agent.yaml": agentYAML}}
+	if _, err := env.Client().CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withAgentConfig mounts the "agent" ConfigMap at /etc/kolla-agent.
+func withAgentConfig(p *corev1.Pod) *corev1.Pod {
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "agent-config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "agent"}}}})
+	for i := range p.Spec.Containers {
+		p.Spec.Containers[i].VolumeMounts = append(p.Spec.Containers[i].VolumeMounts, corev1.VolumeMount{Name: "agent-config", MountPath: "/etc/kolla-agent"})
+	}
+	return p
+}
+
+// TestExecProbeAsImageUser: the kubelet's exec probes run kolla-agent-probe
+// in the agent's image as its user, against the agent's default socket,
+// which the image's own directory makes writable. With a read-only root
+// filesystem the agent stops at once, naming the path and the volume to
+// mount, and with that emptyDir mounted it works again.
+func TestExecProbeAsImageUser(t *testing.T) {
+	testenv.NeedNode(t, env)
+	ns := env.Namespace(t)
+	agentConfigMap(t, ns, `probes:
+  address: "off"
+  checks:
+    - name: service
+      process: {}
+      probes: [readiness, liveness]
+      period: 1s
+`)
+	mk := func(name string, readOnly, emptyDir bool) *corev1.Pod {
+		c := agentContainer("api", "run", "--", "/usr/local/bin/kolla-agent", "wait", "--timeout", "1h", "tcp:127.0.0.1:1")
+		exec := func(kind string) *corev1.Probe {
+			return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/usr/local/bin/kolla-agent-probe", kind}}}, PeriodSeconds: 1, FailureThreshold: 3}
+		}
+		c.ReadinessProbe, c.LivenessProbe = exec("readiness"), exec("liveness")
+		if readOnly {
+			c.SecurityContext = &corev1.SecurityContext{ReadOnlyRootFilesystem: ptr.To(true)}
+		}
+		p := onePod(ns, name, c)
+		if emptyDir {
+			p.Spec.Volumes = []corev1.Volume{{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "run", MountPath: "/run/kolla-agent"}}
+			// An emptyDir is root's: the pod's fsGroup lets the image's user write it.
+			p.Spec.SecurityContext = &corev1.PodSecurityContext{FSGroup: ptr.To(int64(65534))}
+		}
+		return withAgentConfig(p)
+	}
+	createPod(t, mk("as-shipped", false, false))
+	createPod(t, mk("read-only", true, false))
+	createPod(t, mk("read-only-emptydir", true, true))
+
+	for _, name := range []string{"as-shipped", "read-only-emptydir"} {
+		waitPod(t, ns, name, "Ready", 60*time.Second, podReady)
+		// Ready proves readiness ran; liveness must have passed as often.
+		n := waitProbes(t, ns, name, "Liveness", 3)
+		p, err := env.Client().CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc := p.Status.ContainerStatuses[0].RestartCount; rc != 0 {
+			t.Errorf("%s: restarted %d times after %v liveness probes\n%s", name, rc, n, describe(ns, name, p))
+		}
+	}
+	p := waitPod(t, ns, "read-only", "ended", 60*time.Second, func(p *corev1.Pod) bool { return terminated(p) != nil })
+	term := terminated(p)
+	for _, want := range []string{"probes.socket", "/run/kolla-agent", "emptyDir"} {
+		if term.ExitCode != 1 || !strings.Contains(term.Message, want) {
+			t.Errorf("read-only root: exit %d, termination message %q; want exit 1 naming %q", term.ExitCode, term.Message, want)
+		}
+	}
+}

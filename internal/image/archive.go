@@ -45,13 +45,14 @@ type Layer struct {
 	Files []File
 }
 
-// File is one regular file of a layer; its parent directories are added
-// (root-owned, 0755).
+// File is one regular file or directory of a layer; parent directories it
+// does not list are added (root-owned, 0755).
 type File struct {
 	Path string // absolute path in the image
 	Mode int64  // permission bits
 	UID  int
 	GID  int
+	Dir  bool // a directory: Src and Data are not used
 	// Src is read from disk when Data is nil.
 	Src  string
 	Data []byte
@@ -138,6 +139,25 @@ func (l Layer) bytes() ([]byte, error) {
 			parents = append(parents, d)
 		}
 		slices.Reverse(parents)
+		if f.Dir {
+			if !dirs[f.Path] {
+				dirs[f.Path] = true
+				hdr := &tar.Header{Name: f.Path[1:] + "/", Mode: f.Mode, Uid: f.UID, Gid: f.GID, ModTime: epoch, Typeflag: tar.TypeDir, Format: tar.FormatPAX}
+				// Parents first.
+				for _, d := range parents {
+					if !dirs[d] {
+						dirs[d] = true
+						if err := tw.WriteHeader(&tar.Header{Name: d[1:] + "/", Mode: 0o755, ModTime: epoch, Typeflag: tar.TypeDir, Format: tar.FormatPAX}); err != nil {
+							return nil, err
+						}
+					}
+				}
+				if err := tw.WriteHeader(hdr); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
 		for _, d := range parents {
 			if dirs[d] {
 				continue

@@ -92,6 +92,10 @@ func copyFiles(c Copy, stages []*Stage, src Sources) ([]File, error) {
 		}
 	}
 	toDir := strings.HasSuffix(c.Dest, "/") || len(c.Srcs) > 1
+	var uid, gid int
+	if c.Chown != "" {
+		fmt.Sscanf(c.Chown, "%d:%d", &uid, &gid)
+	}
 	var out []File
 	for _, s := range c.Srcs {
 		dest := c.Dest
@@ -99,12 +103,17 @@ func copyFiles(c Copy, stages []*Stage, src Sources) ([]File, error) {
 			dest = path.Join(c.Dest, path.Base(s))
 		}
 		switch {
+		case from != nil && slices.Contains(madeDirs(from), path.Clean(s)):
+			// An empty directory the stage made: COPY creates the
+			// destination, owned as --chown says.
+			out = append(out, File{Path: path.Clean(c.Dest), Dir: true, Mode: 0o755, UID: uid, GID: gid})
+			continue
 		case from != nil && builtByMake(from):
 			rel, ok := strings.CutPrefix(s, strings.TrimSuffix(from.Workdir, "/")+"/")
 			if !ok {
 				return nil, fmt.Errorf("%s is outside stage %s's WORKDIR %s", s, from.Name, from.Workdir)
 			}
-			out = append(out, File{Path: dest, Mode: 0o755, Src: filepath.Join(src.Root, filepath.FromSlash(rel))})
+			out = append(out, File{Path: dest, Mode: 0o755, UID: uid, GID: gid, Src: filepath.Join(src.Root, filepath.FromSlash(rel))})
 		case from != nil:
 			base, ok := src.Images[from.From]
 			if !ok {
@@ -114,13 +123,27 @@ func copyFiles(c Copy, stages []*Stage, src Sources) ([]File, error) {
 			if !ok {
 				return nil, fmt.Errorf("%s is not in image %s", s, from.From)
 			}
-			f.Path = dest
+			f.Path, f.UID, f.GID = dest, uid, gid
 			out = append(out, f)
 		default:
 			return nil, fmt.Errorf("--from=%s names no stage", c.From)
 		}
 	}
 	return out, nil
+}
+
+// madeDirs is what a stage's `RUN mkdir -p DIR...` lines make: the one
+// kind of RUN besides make build that is reproduced here.
+func madeDirs(s *Stage) []string {
+	var dirs []string
+	for _, r := range s.Runs {
+		if rest, ok := strings.CutPrefix(r, "mkdir -p "); ok && !strings.ContainsAny(rest, "&|;$`") {
+			for _, d := range strings.Fields(rest) {
+				dirs = append(dirs, path.Clean(d))
+			}
+		}
+	}
+	return dirs
 }
 
 // builtByMake reports whether a stage is the project's build stage: it

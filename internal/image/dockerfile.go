@@ -25,7 +25,8 @@ type Stage struct {
 
 // Copy is one COPY instruction.
 type Copy struct {
-	From string // --from=, "" for the build context
+	From  string // --from=, "" for the build context
+	Chown string // --chown=UID:GID, numeric
 	Srcs []string
 	Dest string
 	Line int
@@ -123,11 +124,14 @@ func ParseDockerfile(file string, args map[string]string) ([]*Stage, error) {
 			f := strings.Fields(rest)
 			c := Copy{Line: no}
 			for len(f) > 0 && strings.HasPrefix(f[0], "--") {
-				from, ok := strings.CutPrefix(f[0], "--from=")
-				if !ok {
-					return nil, fail("COPY flag %s is not supported", f[0])
+				if from, ok := strings.CutPrefix(f[0], "--from="); ok {
+					c.From = from
+				} else if chown, ok := strings.CutPrefix(f[0], "--chown="); ok && numericOwner.MatchString(chown) {
+					c.Chown = chown
+				} else {
+					return nil, fail("COPY flag %s is not supported (--from=STAGE, --chown=UID:GID)", f[0])
 				}
-				c.From, f = from, f[1:]
+				f = f[1:]
 			}
 			if len(f) < 2 {
 				return nil, fail("COPY needs a source and a destination")
@@ -143,6 +147,8 @@ func ParseDockerfile(file string, args map[string]string) ([]*Stage, error) {
 	}
 	return stages, nil
 }
+
+var numericOwner = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
 
 var varRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)`)
 

@@ -34,8 +34,15 @@ func TestProjectImagesMatchDockerfiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent, entry := imgs[0], imgs[1]
-	if got, want := agent.Files(), []string{"/usr/local/bin/kolla-agent", "/usr/local/bin/kolla-agent-probe"}; !slices.Equal(got, want) {
+	if got, want := agent.Files(), []string{"/run/kolla-agent", "/usr/local/bin/kolla-agent", "/usr/local/bin/kolla-agent-probe", "/var/lib/kolla-agent"}; !slices.Equal(got, want) {
 		t.Errorf("agent image files = %v, want %v", got, want)
+	}
+	// The agent's default directories belong to the image's user, so its
+	// probe socket and reload state can be written as shipped.
+	for _, d := range []string{"/run/kolla-agent", "/var/lib/kolla-agent"} {
+		if f, ok := agent.file(d); !ok || !f.Dir || f.UID != 65534 || f.GID != 65534 {
+			t.Errorf("%s in the agent image: %+v, want a directory owned by 65534:65534", d, f)
+		}
 	}
 	if got, want := entry.Files(), []string{"/usr/local/bin/kubernetes-entrypoint"}; !slices.Equal(got, want) {
 		t.Errorf("entrypoint image files = %v, want %v", got, want)
