@@ -27,9 +27,9 @@ type Stage struct {
 type Copy struct {
 	From  string // --from=, "" for the build context
 	Chown string // --chown=UID:GID, numeric
-	Srcs []string
-	Dest string
-	Line int
+	Srcs  []string
+	Dest  string
+	Line  int
 }
 
 // ParseDockerfile reads the instructions the project's Dockerfiles use
