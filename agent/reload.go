@@ -41,6 +41,9 @@ type reloadRun struct {
 	// supervised child under run, the found process in sidecar mode.
 	signal    signaller
 	restarter interface{ Restart(context.Context) error }
+	// health is the service's, for a drift between the source and the
+	// running config (a source config refused before).
+	health *probes.Health
 }
 
 // action is the strongest action any of the changed files asks for.
@@ -236,6 +239,7 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 		}
 	}
 	c.Verify = health.Verify
+	rr.health = health
 	c.Exec = func(ctx context.Context, argv []string) (string, error) {
 		return probes.NewExec(argv, means.spawner, means.env).Check(ctx)
 	}
@@ -355,6 +359,11 @@ func (rr *reloadRun) pass(ctx context.Context, why string) {
 	if err != nil {
 		attrs = append(attrs, "error", err.Error())
 	}
+	// A skipped config is a drift between the source and the service:
+	// shown in the probes' verbose answer until the source changes again.
+	if outcome != reload.OutcomeSkipped {
+		rr.health.SetDegraded("config-drift", "")
+	}
 	if outcome == reload.OutcomeUnchanged {
 		rr.a.log.Debug("reload pass", attrs...)
 	} else {
@@ -431,11 +440,15 @@ func sourceHash(dirs []string) (string, error) {
 
 // report posts each outcome as an Event on the pod.
 func (rr *reloadRun) report(outcome, hash, msg string) {
+	if outcome == reload.OutcomeSkipped && rr.health != nil {
+		rr.health.SetDegraded("config-drift", msg)
+	}
 	reason, typ := map[string]string{
 		reload.OutcomeApplied:    "ReloadApplied",
 		reload.OutcomeRejected:   "ReloadRejected",
 		reload.OutcomeRolledBack: "ReloadRolledBack",
 		reload.OutcomeFailed:     "ReloadFailed",
+		reload.OutcomeSkipped:    "ReloadSkipped",
 	}[outcome], "Warning"
 	if reason == "" {
 		return

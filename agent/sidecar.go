@@ -2,13 +2,13 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"syscall"
 	"time"
 
+	"github.com/kolla-agent/kolla-agent/agent/reload"
 	"github.com/kolla-agent/kolla-agent/probes"
 )
 
@@ -74,7 +74,7 @@ type foundService struct {
 func (f foundService) Signal(_ context.Context, sig syscall.Signal) error {
 	pid := f.pids.PID()
 	if pid == 0 {
-		return errors.New("the service's process is not found")
+		return reload.ErrNoService
 	}
 	f.log.Info("signalling the service", "signal", sig.String(), "pid", pid)
 	return syscall.Kill(pid, sig)

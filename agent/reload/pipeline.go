@@ -118,6 +118,20 @@ func New(cfg Config) (*Reloader, error) {
 	return &Reloader{cfg: cfg, st: state{dir: cfg.StateDir}, log: cfg.Logger, warned: map[string]bool{}}, nil
 }
 
+// ErrNoService is what Act returns when there is no service process to act
+// on: in sidecar mode, before the service's container has started. The
+// committed config is then simply what the service starts with: nothing to
+// signal, nothing to verify, and nothing wrong with the config.
+var ErrNoService = errors.New("the service's process is not found")
+
+// errActing marks a failure to act on the service (signal, restart): the
+// service's or the agent's trouble, not the config's, so the config is not
+// remembered as refused.
+type errActing struct{ err error }
+
+func (e errActing) Error() string { return "acting: " + e.err.Error() }
+func (e errActing) Unwrap() error { return e.err }
+
 // Applied is the hash of the config the service runs with ("" unknown).
 func (r *Reloader) Applied() string { return r.st.read("applied") }
 
@@ -182,7 +196,10 @@ func (r *Reloader) Reload(ctx context.Context) (string, error) {
 		r.log.Debug("reload: the config renders as the running one; nothing to do", "hash", hash)
 		return OutcomeUnchanged, nil
 	case r.st.isBad(hash):
-		r.log.Info("reload: this config was refused before; waiting for another", "hash", hash)
+		// The source says one config, the service runs another: a drift
+		// an operator must see (log, Event, the outcome metric), each time
+		// the source changes to it.
+		r.report(OutcomeSkipped, hash, fmt.Sprintf("the config %s was refused before; the service stays on %s until the config changes", hash, applied))
 		return OutcomeSkipped, nil
 	}
 	good := r.st.read("good")
@@ -212,6 +229,15 @@ func (r *Reloader) Reload(ctx context.Context) (string, error) {
 	r.st.write("applied", hash)
 	r.log.Info("reload: new config committed", "hash", hash, "changed", strings.Join(changed, ","))
 	err = r.actAndVerify(ctx, hash, changed, "reload "+hash)
+	if errors.Is(err, ErrNoService) {
+		// The service has not started (a native sidecar renders before the
+		// service's container runs): it starts on this config.
+		r.st.write("good", hash)
+		r.st.write("pending", "")
+		r.st.prune(hash)
+		r.log.Info("reload: the service is not running; it will start on this config", "hash", hash)
+		return OutcomeApplied, nil
+	}
 	if err == nil {
 		r.st.write("good", hash)
 		r.st.write("pending", "")
@@ -222,8 +248,12 @@ func (r *Reloader) Reload(ctx context.Context) (string, error) {
 	if ctx.Err() != nil {
 		return OutcomeFailed, ctx.Err() // stopping: the next start takes it from here
 	}
-	// Back to the last good config.
-	r.st.markBad(hash)
+	// Back to the last good config. Only a config the service really
+	// failed on is remembered as refused: one that could not be acted on
+	// (the signal or restart failed) may be tried again.
+	if !errors.As(err, new(errActing)) {
+		r.st.markBad(hash)
+	}
 	if goodFiles == nil {
 		r.st.write("pending", "")
 		r.report(OutcomeRolledBack, hash, fmt.Sprintf("config %s failed verification (%v), and there is no earlier good config to go back to", hash, err))
@@ -262,8 +292,10 @@ func (r *Reloader) actAndVerify(ctx context.Context, hash string, changed []stri
 	}
 	since := time.Now()
 	if r.cfg.Act != nil {
-		if err := r.cfg.Act(ctx, hash, changed); err != nil {
-			return fmt.Errorf("acting: %w", err)
+		if err := r.cfg.Act(ctx, hash, changed); errors.Is(err, ErrNoService) {
+			return err
+		} else if err != nil {
+			return errActing{err}
 		}
 	}
 	if r.cfg.Verify == nil {

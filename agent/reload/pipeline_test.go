@@ -253,3 +253,49 @@ func TestReloadStagingDiskFull(t *testing.T) {
 		t.Errorf("live config changed: %q", live)
 	}
 }
+
+// The first render of a native sidecar, before the service's container
+// runs: nothing to signal and nothing to verify, and the config is the one
+// the service starts on, not a refused one (REAL-PODS: it was rolled back
+// and remembered as refused).
+func TestReloadWithNoServiceYetIsTheStart(t *testing.T) {
+	p := newPipe(t, map[string]string{"/etc/keystone/keystone.conf": goodConf})
+	acts := 0
+	p.r.cfg.Act = func(context.Context, string, []string) error { acts++; return ErrNoService }
+	p.ready = false // would fail verification, were it run
+	p.fr.files["/etc/keystone/keystone.conf"] = "[DEFAULT]\ndebug = true\n"
+	p.reload(OutcomeApplied)
+	if acts != 1 || p.r.st.read("good") != p.r.Applied() || p.r.st.isBad(p.r.Applied()) {
+		t.Errorf("acts %d, good %q, applied %q, bad %q", acts, p.r.st.read("good"), p.r.Applied(), p.r.st.read("bad"))
+	}
+	if got := p.live("/etc/keystone/keystone.conf"); got != "[DEFAULT]\ndebug = true\n" {
+		t.Errorf("live config %q", got)
+	}
+}
+
+// A config that could not be acted on (the signal failed) is rolled back
+// but not remembered as refused: the same config is tried again. One the
+// service really failed on is, and a source that returns to it is a drift
+// that is reported, not silently skipped.
+func TestReloadRemembersOnlyConfigsThatFailed(t *testing.T) {
+	p := newPipe(t, map[string]string{"/etc/keystone/keystone.conf": goodConf})
+	v2 := "[DEFAULT]\ndebug = true\n"
+	fail := errors.New("kill: operation not permitted")
+	p.r.cfg.Act = func(context.Context, string, []string) error { return fail }
+	p.fr.files["/etc/keystone/keystone.conf"] = v2
+	if err := p.reload(OutcomeRolledBack); !errors.Is(err, fail) {
+		t.Errorf("err %v, want the act's", err)
+	}
+	p.r.cfg.Act = func(context.Context, string, []string) error { return nil }
+	p.reload(OutcomeApplied) // tried again, not skipped
+
+	p.ready = false // v3: the service is not ready on it
+	p.fr.files["/etc/keystone/keystone.conf"] = "[DEFAULT]\ndebug = false\nverbose = true\n"
+	p.reload(OutcomeRolledBack)
+	p.ready = true
+	p.reports = nil
+	p.reload(OutcomeSkipped)
+	if len(p.reports) != 1 || !strings.HasPrefix(p.reports[0], OutcomeSkipped+": ") || !strings.Contains(p.reports[0], "refused before") {
+		t.Errorf("reports %q, want one skipped report saying the config was refused before", p.reports)
+	}
+}
