@@ -410,6 +410,11 @@ func (a *Agent) kubeClient() (*discovery.Kube, error) {
 	if a.kube, err = discovery.NewKube(rc, a.log); err != nil {
 		return nil, configErr("kubernetes client: %v", err)
 	}
+	if a.registry != nil {
+		if err := a.kube.Register(a.registry); err != nil {
+			return nil, err
+		}
+	}
 	return a.kube, nil
 }
 

@@ -4,13 +4,27 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 )
 
 // Exec replaces the agent with command (kubernetes-entrypoint's COMMAND): the
 // service becomes the container's main process and the agent costs nothing
 // after it. It returns only on failure.
-func Exec(command []string) error { return execEnv(command, os.Environ()) }
+//
+// helm-toolkit's init container always sets COMMAND to "echo done", which
+// kubernetes-entrypoint's Ubuntu images can run and the agent's scratch
+// image cannot: an echo the image lacks is done here, as a shell's builtin
+// would.
+func Exec(command []string) error {
+	if command[0] == "echo" {
+		if _, err := exec.LookPath("echo"); err != nil {
+			_, err := fmt.Fprintln(os.Stdout, strings.Join(command[1:], " "))
+			return err
+		}
+	}
+	return execEnv(command, os.Environ())
+}
 
 func execEnv(command, env []string) error {
 	path, err := exec.LookPath(command[0])

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -29,6 +31,10 @@ type Kube struct {
 	http    *http.Client
 	host    string
 	log     *slog.Logger // debug: every LIST and WATCH, for an operator counting requests
+	// refused holds the resources (resource.group/namespace) whose watch
+	// the API server refused, each told once; refusals counts them all.
+	refused  sync.Map
+	refusals *prometheus.CounterVec
 }
 
 // The resources the checks watch.
@@ -55,7 +61,28 @@ func NewKube(cfg *rest.Config, log *slog.Logger) (*Kube, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Kube{dynamic: d, http: hc, host: strings.TrimSuffix(cfg.Host, "/"), log: log}, nil
+	return &Kube{dynamic: d, http: hc, host: strings.TrimSuffix(cfg.Host, "/"), log: log,
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kolla_agent_api_watch_refused_total",
+			Help: "Watches the API server refused (403: the Role grants get and list, not watch), by resource; each such lookup polls with LIST instead.",
+		}, []string{"resource"}),
+	}, nil
+}
+
+// Register adds the client's metrics to reg.
+func (k *Kube) Register(reg prometheus.Registerer) error { return reg.Register(k.refusals) }
+
+// watchRefused is told when the API server refuses a watch of a resource:
+// the lookup polls with LIST instead. The first refusal of each resource
+// and namespace is logged at warning level with the rule that would fix it.
+func (k *Kube) watchRefused(gvr schema.GroupVersionResource, ns string, err error) {
+	res := gvr.GroupResource().String()
+	k.refusals.WithLabelValues(res).Inc()
+	if _, told := k.refused.LoadOrStore(res+"/"+ns, true); told {
+		return
+	}
+	k.log.Warn("API watch refused: polling with LIST every 2 s instead, as kubernetes-entrypoint does; to be told of changes at once, grant the verb watch on this resource in the pod's Role",
+		"resource", res, "namespace", ns, "rule", fmt.Sprintf(`{apiGroups: [%q], resources: [%q], verbs: [list, watch]}`, gvr.Group, gvr.Resource), "error", err.Error())
 }
 
 // in lists and watches one resource of one namespace ("" for cluster scope).
@@ -66,11 +93,19 @@ func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister {
 	if ns != "" {
 		l = r.Namespace(ns)
 	}
-	if !k.log.Enabled(context.Background(), slog.LevelDebug) {
-		return l
+	if k.log.Enabled(context.Background(), slog.LevelDebug) {
+		l = loggedLister{lister: l, log: k.log.With("resource", gvr.GroupResource().String(), "namespace", ns)}
 	}
-	return loggedLister{lister: l, log: k.log.With("resource", gvr.GroupResource().String(), "namespace", ns)}
+	return refusalLister{lister: l, refused: func(err error) { k.watchRefused(gvr, ns, err) }}
 }
+
+// refusalLister tells the Kube when a watch is refused (see watchSet).
+type refusalLister struct {
+	lister
+	refused func(error)
+}
+
+func (l refusalLister) watchRefused(err error) { l.refused(err) }
 
 // loggedLister says at debug level which requests the agent makes: a
 // narrowed LIST, and a WATCH from its resourceVersion only for a caller the

@@ -158,6 +158,14 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 			rv = l.GetResourceVersion()
 		}
 		wi, err := lw.watch(ctx, rv)
+		if apierrors.IsForbidden(err) {
+			// The Role grants get and list, not watch (openstack-helm's
+			// entrypoint Role): poll instead of retrying a refused verb.
+			if n, ok := lw.c.(interface{ watchRefused(error) }); ok {
+				n.watchRefused(err)
+			}
+			return pollSet(ctx, lw, sleep, set, onSet, call)
+		}
 		if err != nil {
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				rv = ""
@@ -185,6 +193,51 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 		}
 		rv = next
 	}
+}
+
+// pollEvery is the pace of a lookup whose watch was refused:
+// kubernetes-entrypoint's loop, never faster.
+const pollEvery = 2 * time.Second
+
+// pollSet is watchSet for a resource the agent may list but not watch: a
+// LIST every pollEvery (plus up to a quarter more, so a fleet's polls do not
+// line up; API errors are retried at the same pace), and onSet only when the
+// set changed. It returns when onSet is done or ctx ends.
+func pollSet(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, set map[string]*unstructured.Unstructured, onSet func([]any) (bool, error), call func() []any) error {
+	for {
+		if !sleep(ctx, pollEvery+rand.N(pollEvery/4)) {
+			return ctx.Err()
+		}
+		l, err := lw.list(ctx)
+		if err != nil {
+			continue
+		}
+		if sameSet(set, l.Items) {
+			continue
+		}
+		clear(set)
+		for i := range l.Items {
+			set[objKey(&l.Items[i])] = &l.Items[i]
+		}
+		if done, err := onSet(call()); done {
+			return err
+		}
+	}
+}
+
+// sameSet reports whether items are the objects of set at the same
+// resourceVersions.
+func sameSet(set map[string]*unstructured.Unstructured, items []unstructured.Unstructured) bool {
+	if len(set) != len(items) {
+		return false
+	}
+	for i := range items {
+		u, ok := set[objKey(&items[i])]
+		if !ok || u.GetResourceVersion() != items[i].GetResourceVersion() {
+			return false
+		}
+	}
+	return true
 }
 
 // follow applies a watch's events to set, calling onSet after each change,

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
@@ -291,4 +293,108 @@ func TestAPIRequestsBootstrap(t *testing.T) {
 		"list /apis/batch/v1/namespaces/NS/jobs",                   // complete
 		"get " + record, "create /api/v1/namespaces/NS/configmaps", // recorded again
 	})
+}
+
+// Under openstack-helm's entrypoint Role (helm-toolkit's
+// kubernetes_pod_rbac_roles: get and list, no watch) the agent polls: one
+// refused WATCH per dependency, then a LIST every 2-2.5 s, at most
+// kubernetes-entrypoint's GET every 2 s; it sees the dependencies met and
+// exits, and says once per resource why it polls. (REAL-PODS: it retried
+// the refused watch for ever and never saw them.)
+func TestAPIRequestsWatchRefused(t *testing.T) {
+	ns := namespace(t)
+	mkService(t, ns, "mariadb", false, map[string]string{"app": "mariadb"})
+	mkJob(t, ns, "keystone-db-sync", nil)
+	env := agentEnv(t, ns)
+	// The Role as helm-toolkit renders it for services and jobs.
+	role, err := client().RbacV1().Roles(ns).Get(ctxT(t), "kolla-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = []rbacv1.PolicyRule{{
+		APIGroups: []string{"", "extensions", "batch", "apps", "discovery.k8s.io"},
+		Verbs:     []string{"get", "list"},
+		Resources: []string{"jobs", "pods", "services", "endpoints", "endpointslices"},
+	}}
+	if _, err := client().RbacV1().Roles(ns).Update(ctxT(t), role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDenied(t, ns, "watch", "batch", "jobs")
+	deps := []string{"service:mariadb", "job:keystone-db-sync"}
+	start := time.Now()
+	a := startAgent(t, env, append([]string{"wait", "--timeout", "5m"}, deps...)...)
+	a.waitLog("API watch refused")
+	time.Sleep(10 * time.Second) // the window: polling
+	a.running()
+	reqs := auditOf(t, ns, start)
+	window := time.Since(start)
+	lists, watches := map[string]int{}, map[string]int{}
+	for _, r := range reqs {
+		u, err := url.Parse(r.RequestURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r.Verb {
+		case "list":
+			lists[u.Path]++
+		case "watch":
+			watches[u.Path]++
+		case "create": // an Event
+		default:
+			t.Errorf("unexpected request %s %s", r.Verb, r.RequestURI)
+		}
+	}
+	// kubernetes-entrypoint: a GET every 2 s per dependency.
+	incumbent := int(window/(2*time.Second)) + 1
+	for path, n := range lists {
+		if n > incumbent {
+			t.Errorf("%d LISTs of %s in %v: more than kubernetes-entrypoint's %d\n%s", n, path, window.Round(time.Millisecond), incumbent, requestLines(reqs, start))
+		}
+		if n < 3 {
+			t.Errorf("%d LISTs of %s in %v: not polling\n%s", n, path, window.Round(time.Millisecond), requestLines(reqs, start))
+		}
+	}
+	if len(lists) != 2 {
+		t.Errorf("LISTs of %d collections, want 2 (endpointslices, jobs)\n%s", len(lists), requestLines(reqs, start))
+	}
+	for path, n := range watches {
+		if n != 1 {
+			t.Errorf("%d WATCHes of %s: want the one refused attempt\n%s", n, path, requestLines(reqs, start))
+		}
+	}
+	for _, res := range []string{"resource=endpointslices.discovery.k8s.io", "resource=jobs.batch"} {
+		if n := strings.Count(a.out.String(), res); n < 1 || strings.Count(a.out.String(), "API watch refused") != 2 {
+			t.Errorf("want one 'API watch refused' warning per resource (%s: %d):\n%s", res, n, a.out.String())
+		}
+	}
+	// Met after the first LIST: the polls see it.
+	mkPod(t, ns, "mariadb-0", map[string]string{"app": "mariadb"})
+	setReady(t, ns, "mariadb-0", "10.10.0.5", true)
+	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, "keystone-db-sync"); err != nil {
+		t.Fatal(err)
+	}
+	a.wantExit(0)
+}
+
+// waitDenied waits until the agent's ServiceAccount may no longer verb the
+// resource: a Role's change reaches the authorizer a moment later.
+func waitDenied(t *testing.T, ns, verb, group, resource string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		sar, err := client().AuthorizationV1().SubjectAccessReviews().Create(ctxT(t), &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               testenv.AgentUser(ns),
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: group, Resource: resource},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sar.Status.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s may still %s %s", testenv.AgentUser(ns), verb, resource)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

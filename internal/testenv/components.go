@@ -149,7 +149,10 @@ func (e *Env) startAPIServer(ctx context.Context) (*proc.Process, error) {
 		// projected token, and the kubelet may touch only its own Node and
 		// pods. The node's address is a valid endpoint, so the
 		// "kubernetes" Service gets one for kube-proxy to route to.
-		args = append(args, "--enable-admission-plugins=NodeRestriction")
+		args = append(args, "--enable-admission-plugins=NodeRestriction",
+			// kubectl logs and exec reach the kubelet at the node's
+			// address, never by looking its name up in the host's DNS.
+			"--kubelet-preferred-address-types=InternalIP")
 	} else {
 		args = append(args,
 			// Pods would otherwise be rejected until the controller manager
