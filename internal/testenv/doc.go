@@ -18,9 +18,19 @@
 //   - The agent's credentials come from the shipped RBAC example and the
 //     TokenRequest API (AgentKubeconfig), never from the admin token.
 //
-// What it does not do: no scheduler, kubelet or container runtime (no pod
+// By default there is no scheduler, kubelet or container runtime (no pod
 // ever runs), no kube-proxy (Service IPs route nowhere), no node lifecycle or
 // volume controllers, and nothing is reachable from outside the machine.
+//
+// With Options.Node (StartWith; root only, one per machine; MainNode for a
+// test package) a real node runs too: containerd 2 with runc and the CNI
+// bridge, the kubelet, kube-proxy and kube-scheduler; the API server and
+// CoreDNS also listen on the node's bridge address (NodeIP), the
+// ServiceAccount and NodeRestriction admission plugins and the Node
+// authorizer are on, and the node lifecycle controller runs. Before any
+// component starts, the host's state is recorded and a guard keeps the pod
+// and Service ranges on the machine; Stop puts every sysctl, iptables rule,
+// mount, link, cgroup and path back and fails if the host differs.
 //
 // Typical use, one control plane per test package:
 //
