@@ -81,7 +81,7 @@ func TestBadInputExit1(t *testing.T) {
 		{[]string{"init", "--config", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
 		{[]string{"wait", "tcp:db"}, `argument 1: dependency \"tcp:db\": want tcp:HOST:PORT`},
 		{[]string{"wait"}, "no dependencies"},
-		{[]string{"wait", "service:mariadb"}, "need the Kubernetes API"},
+		{[]string{"wait", "service:mariadb"}, "needs the Kubernetes API"},
 		{[]string{"--log-format", "xml", "wait", "file:/x"}, "--log-format"},
 		{[]string{"frobnicate"}, "unknown command"},
 	} {

@@ -56,7 +56,8 @@ go build -o "$work/cluster" ./examples/demo/cluster
 
 printf '\n\033[1m== 1. A control plane on loopback (hack/testenv up): etcd, kube-apiserver, kube-controller-manager, CoreDNS\033[0m\n'
 up=1
-hack/testenv up "$work/testenv" | sed -n '1p' | sed 's/^/  /'
+# The stand-in kubelet of this demo binds and runs no pod: no real node.
+hack/testenv up --no-node "$work/testenv" | sed -n '1p' | sed 's/^/  /'
 # shellcheck disable=SC1091
 . "$work/testenv/env"
 echo "  KUBECONFIG=$KUBECONFIG (admin: for the chart and the stand-in kubelet; the agents get their own token)"

@@ -109,20 +109,39 @@ func (e *Env) containerdSocket() string { return e.nodePath("containerd.sock") }
 
 // lockNode claims the machine's one node for this Env, refusing when
 // another Env's node still runs.
+//
+// The other Env holds the node from the moment it records the host's state
+// (its host.json) until Stop has put the host back and removed that file,
+// whether or not its processes still run: a node that crashed must be
+// brought down (its host state restored) before another starts.
 func (e *Env) lockNode() error {
-	if b, err := os.ReadFile(nodeLock); err == nil {
+	for range 3 {
+		// O_EXCL: of two Envs starting at once, one gets the lock.
+		f, err := os.OpenFile(nodeLock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err == nil {
+			_, werr := f.WriteString(e.Dir + "\n")
+			return errors.Join(werr, f.Close())
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return err
+		}
+		b, err := os.ReadFile(nodeLock)
+		if err != nil {
+			continue // removed meanwhile
+		}
 		other := strings.TrimSpace(string(b))
-		if other != e.Dir {
-			if pids, err := readPids(filepath.Join(other, filePids)); err == nil {
-				for _, p := range pids {
-					if alive(p.pid, other) {
-						return fmt.Errorf("a node already runs on this machine, started in %s (stop it with hack/testenv down %s)", other, other)
-					}
-				}
-			}
+		if other == e.Dir {
+			return nil
+		}
+		if _, err := os.Stat(filepath.Join(other, fileHost)); err == nil {
+			return fmt.Errorf("a node already runs on this machine, started in %s (stop it with hack/testenv down %s)", other, other)
+		}
+		// Stale: its Env put the host back, or its directory is gone.
+		if err := os.Remove(nodeLock); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
 	}
-	return writeFile(nodeLock, []byte(e.Dir+"\n"), 0o644)
+	return fmt.Errorf("could not take the node lock %s", nodeLock)
 }
 
 func unlockNode(dir string) error {
@@ -655,6 +674,9 @@ func killShims(socket string) {
 // restoreNodeHost puts the host back as setupHost found it and checks that
 // it is: every difference left is an error.
 func (e *Env) restoreNodeHost() error {
+	if b, err := os.ReadFile(nodeLock); err == nil && strings.TrimSpace(string(b)) != e.Dir {
+		return nil // the node is another Env's: this one never touched the host
+	}
 	before, err := readHostState(e.path(fileHost))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
