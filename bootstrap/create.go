@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,12 +51,13 @@ func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries 
 	last := "no job seen yet"
 	highest := 0 // the newest attempt seen: recreated if every Job goes
 	failed := "" // the step failed past its retries: why
+	said := ""   // and what its pod said
 	for {
 		var set []*unstructured.Unstructured
 		select {
 		case <-ctx.Done():
 			if failed != "" {
-				return fmt.Errorf("%w: %s", ErrFailed, failed)
+				return fmt.Errorf("%w: %s%s", ErrFailed, failed, said)
 			}
 			return timedOut(ctx, s, last)
 		case set = <-jobs.Next():
@@ -95,8 +98,11 @@ func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries 
 				// crash loop would only run the same failure again, and
 				// an operator who deletes the failed Job gets a new one.
 				if failed != v.failed {
-					failed = v.failed
-					c.report(s, Failed, "BootstrapJobFailed", "%s (delete the job to run it again)", v.failed)
+					failed, said = v.failed, ""
+					if m := c.podSaid(ctx, j.Name); m != "" {
+						said = "; its pod said: " + m
+					}
+					c.report(s, Failed, "BootstrapJobFailed", "%s (delete the job to run it again)%s", v.failed, said)
 				}
 				continue
 			}
@@ -112,6 +118,45 @@ func (c *Coordinator) Create(ctx context.Context, s Step, spec JobSpec, retries 
 			c.report(s, Waiting, "", "%s", last)
 		}
 	}
+}
+
+// podSaid is the termination message of the newest failed container of a
+// Job's pods: the bootstrap command's last output, as `kolla-agent
+// bootstrap` writes it, which says why where the Job's condition only says
+// that it failed. One LIST, only when a failure is first seen; "" when
+// there is none or the pods cannot be listed (the Role may not allow it).
+func (c *Coordinator) podSaid(ctx context.Context, job string) string {
+	l, err := c.cfg.Kube.Resource(podsGVR, c.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
+	if err != nil {
+		c.log.Debug("the failed job's pods cannot be listed", "job", job, "error", err.Error())
+		return ""
+	}
+	var msg string
+	var at time.Time
+	for _, u := range l.Items {
+		var p struct {
+			Status struct {
+				ContainerStatuses []struct {
+					State struct {
+						Terminated *struct {
+							ExitCode   int32     `json:"exitCode"`
+							Message    string    `json:"message"`
+							FinishedAt time.Time `json:"finishedAt"`
+						} `json:"terminated"`
+					} `json:"state"`
+				} `json:"containerStatuses"`
+			} `json:"status"`
+		}
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil {
+			continue
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && t.Message != "" && !t.FinishedAt.Before(at) {
+				msg, at = strings.TrimSpace(t.Message), t.FinishedAt
+			}
+		}
+	}
+	return msg
 }
 
 // Recorded reads the record (one GET) and says whether the step is done.

@@ -187,6 +187,11 @@ func TestBootstrapFailureInPodStatus(t *testing.T) {
 	if term.ExitCode != 2 || !strings.Contains(term.Message, "svc-db-sync") || !strings.Contains(term.Message, "exit code 2") {
 		t.Errorf("init container: exit %d, termination message %q; want exit 2 naming the bootstrap", term.ExitCode, term.Message)
 	}
+	// Why, in the words of the bootstrap command: its pod's termination
+	// message, quoted.
+	if !strings.Contains(term.Message, "its pod said: bootstrap command") || !strings.Contains(term.Message, "not ready: tcp:127.0.0.1:1") {
+		t.Errorf("init container's termination message does not quote the Job pod's: %q", term.Message)
+	}
 	events := describe(ns, pod.Name, nil)
 	if !strings.Contains(events, "event Warning BootstrapJobFailed") {
 		t.Errorf("no Warning Event on the pod:\n%s", events)
