@@ -195,6 +195,9 @@ func (a *Agent) entrypointPlan() (*Plan, error) {
 	if err != nil {
 		return nil, configErr("kubernetes-entrypoint environment: %v", err)
 	}
+	for _, k := range spec.Ignored {
+		a.log.Debug("kubernetes-entrypoint environment: a key the agent does not read is ignored", "where", k)
+	}
 	p := &Plan{
 		Source:       "kubernetes-entrypoint environment",
 		Namespace:    spec.Namespace,

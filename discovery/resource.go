@@ -30,10 +30,17 @@ func (w *Waiter) waitResource(ctx context.Context, d Dependency, report func(Obs
 			return unhealthy("API discovery of %s: %v", gv, err)
 		}
 		for _, res := range list.APIResources {
-			if res.Kind == r.Kind && !strings.Contains(res.Name, "/") {
+			match := res.Kind == r.Kind
+			if r.Plural != "" {
+				match = res.Name == r.Plural
+			}
+			if match && !strings.Contains(res.Name, "/") {
 				gvr, namespaced = gv.WithResource(res.Name), res.Namespaced
 				return ready("served")
 			}
+		}
+		if r.Plural != "" {
+			return waiting("API %s has no resource %s", gv, r.Plural)
 		}
 		return waiting("API %s has no kind %s", gv, r.Kind)
 	})

@@ -78,8 +78,11 @@ type Dependency struct {
 // object of it must reach.
 type ResourceRef struct {
 	Group, Version, Kind string
-	Fields               []FieldMatch
-	Conditions           []ConditionMatch
+	// Plural names the resource when the kind alone would not find it
+	// (helm-toolkit's "resource"); the wait syntax does not carry it.
+	Plural     string
+	Fields     []FieldMatch
+	Conditions []ConditionMatch
 }
 
 // FieldMatch requires the value at a dotted path of the object to equal Value.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/google/shlex"
@@ -65,6 +66,11 @@ type Spec struct {
 	PodName      string // POD_NAME
 	Dependencies []discovery.Dependency
 	Command      []string // COMMAND split like a shell, nil if unset/empty
+	// Ignored lists the keys of the JSON items that mean nothing here, one
+	// "VARIABLE item N: key K" each: kubernetes-entrypoint ignores keys it
+	// does not know, and helm-toolkit passes the chart's values through
+	// toJson as they are, so they are accepted and only logged at debug.
+	Ignored []string
 }
 
 // Parse reads the kubernetes-entrypoint variables. On error the Spec is zero
@@ -115,7 +121,7 @@ func Parse(lookup func(string) (string, bool)) (Spec, error) {
 	if len(p.errs) > 0 {
 		return Spec{}, errors.Join(p.errs...)
 	}
-	return Spec{Namespace: p.namespace, PodName: p.podName, Dependencies: p.deps, Command: command}, nil
+	return Spec{Namespace: p.namespace, PodName: p.podName, Dependencies: p.deps, Command: command, Ignored: p.ignored}, nil
 }
 
 type parser struct {
@@ -124,6 +130,7 @@ type parser struct {
 	podName   string
 	deps      []discovery.Dependency
 	errs      []error
+	ignored   []string // JSON item keys accepted but meaning nothing here
 }
 
 // itemError reports a problem with item i (0-based) of variable name; item is
@@ -310,9 +317,19 @@ func eachJSONItem[T any](p *parser, name, v string, each func(it T, fail func(st
 	for i, raw := range items {
 		fail := func(format string, args ...any) { p.jsonItemError(name, i, raw, format, args...) }
 		var it T
-		if err := decodeItem(raw, &it); err != nil {
+		ignored, err := decodeItem(raw, &it)
+		if err != nil {
 			fail("%v", err)
 			continue
+		}
+		for _, k := range ignored {
+			p.ignored = append(p.ignored, fmt.Sprintf("%s item %d: key %q", name, i+1, k))
+		}
+		if len(ignored) > 0 {
+			// A misspelt key is the likeliest cause of a failing item.
+			fail = func(format string, args ...any) {
+				p.jsonItemError(name, i, raw, format+" (keys not read here: %q)", append(args, ignored)...)
+			}
 		}
 		each(it, fail)
 	}
@@ -343,8 +360,12 @@ func (p *parser) podsJSON() {
 }
 
 type crItem struct {
-	APIVersion string        `json:"apiVersion"`
-	Kind       string        `json:"kind"`
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	// Resource is the kind's plural, which helm-toolkit's values give for
+	// kinds whose plural is irregular; the API's discovery is asked for
+	// the resource of that name instead of the kind's.
+	Resource   string        `json:"resource"`
 	Name       string        `json:"name"`
 	Namespace  string        `json:"namespace"`
 	Fields     []crField     `json:"fields"`
@@ -393,7 +414,12 @@ func (p *parser) customResource(it crItem) (discovery.Dependency, error) {
 	if err != nil {
 		return discovery.Dependency{}, err
 	}
-	r := &discovery.ResourceRef{Group: group, Version: version, Kind: it.Kind}
+	if it.Resource != "" {
+		if msgs := validation.IsDNS1123Label(it.Resource); len(msgs) > 0 {
+			return discovery.Dependency{}, fmt.Errorf("resource %q: %s", it.Resource, strings.Join(msgs, "; "))
+		}
+	}
+	r := &discovery.ResourceRef{Group: group, Version: version, Kind: it.Kind, Plural: it.Resource}
 	for j, f := range it.Fields {
 		fm, err := fieldMatch(f)
 		if err != nil {
@@ -546,28 +572,45 @@ func decodeList(v string) ([]json.RawMessage, error) {
 	return items, nil
 }
 
-// decodeItem decodes one list item into dst strictly: the item must be an
-// object, and an unknown field or a field of the wrong type is an error that
-// names the field.
-func decodeItem(raw json.RawMessage, dst any) error {
+// decodeItem decodes one list item into dst: the item must be an object,
+// and a known field of the wrong type is an error that names the field.
+// Keys dst does not have are returned, sorted, not refused:
+// kubernetes-entrypoint ignores them, and helm-toolkit passes whatever the
+// chart's values hold.
+func decodeItem(raw json.RawMessage, dst any) ([]string, error) {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
-		return fmt.Errorf("want a JSON object")
+		return nil, fmt.Errorf("want a JSON object")
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil {
-		return nil
-	}
+	err := json.Unmarshal(raw, dst)
 	var typ *json.UnmarshalTypeError
-	if errors.As(err, &typ) {
+	switch {
+	case errors.As(err, &typ):
 		if typ.Field == "" {
-			return fmt.Errorf("want a JSON object")
+			return nil, fmt.Errorf("want a JSON object")
 		}
-		return fmt.Errorf("field %q: want %s, not a JSON %s", typ.Field, jsonKind(typ.Type), typ.Value)
+		return nil, fmt.Errorf("field %q: want %s, not a JSON %s", typ.Field, jsonKind(typ.Type), typ.Value)
+	case err != nil:
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "json: "))
 	}
-	// encoding/json says `json: unknown field "x"`.
-	return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &keys); err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "json: "))
+	}
+	// encoding/json matches keys case-insensitively; so does this.
+	known := map[string]bool{}
+	t := reflect.TypeOf(dst).Elem()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		known[strings.ToLower(name)] = true
+	}
+	var ignored []string
+	for k := range keys {
+		if !known[strings.ToLower(k)] {
+			ignored = append(ignored, k)
+		}
+	}
+	slices.Sort(ignored)
+	return ignored, nil
 }
 
 // jsonKind names a Go type the way the JSON it decodes from is written.
