@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -191,6 +192,10 @@ func TestMutateOnSIGHUP(t *testing.T) {
 		t.Errorf("stdout:\n%s", stdout)
 	}
 
+	// The report comes from inside reset(), before oslo.service's launcher
+	// has its SIGTERM handler back: a SIGTERM then would meet the default
+	// action. Wait until the process catches it again.
+	waitCatches(t, s.cmd.Process.Pid, syscall.SIGTERM)
 	sent := time.Now()
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -368,4 +373,32 @@ func openPTY() (ptm, pts *os.File, err error) {
 		return nil, nil, err
 	}
 	return ptm, pts, nil
+}
+
+// waitCatches waits until pid has a handler for sig (its SigCgt mask in
+// /proc/PID/status).
+func waitCatches(t *testing.T, pid int, sig syscall.Signal) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "SigCgt:"); ok {
+				mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				if err != nil {
+					t.Fatalf("SigCgt %q: %v", v, err)
+				}
+				if mask&(1<<(uint(sig)-1)) != 0 {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d has no handler for %v after 10 s", pid, sig)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -111,13 +111,14 @@ class GreetingService(service.Service):
             "changed": self.changed,
             "restart_method": self.conf.restart_method,
         }
+        # stdout first: whoever sees the status may read stdout at once.
+        print("greeting=%s" % status["greeting"], flush=True)
         path = self.conf.status_file
         tmp = "%s.%d.tmp" % (path, os.getpid())
         with open(tmp, "w") as f:
             json.dump(status, f)
             f.write("\n")
         os.replace(tmp, path)
-        print("greeting=%s" % status["greeting"], flush=True)
 
 
 def main():
