@@ -326,8 +326,15 @@ func TestGuardKeepsRangesLocal(t *testing.T) {
 	ns := env.Namespace(t)
 	createPod(t, onePod(ns, "unassigned", agentContainer("wait", "wait", "--timeout", "3s", "tcp:10.96.0.250:80")))
 	p := waitPod(t, ns, "unassigned", "ended", 60*time.Second, func(p *corev1.Pod) bool { return terminated(p) != nil })
-	if term := terminated(p); term.ExitCode != 2 || !strings.Contains(term.Message, "connection refused") {
-		t.Errorf("pod to 10.96.0.250:80: exit %d, %q; want exit 2 and connection refused (the guard's REJECT)", term.ExitCode, term.Message)
+	// Refused, not unanswered: the guard's REJECT. (The last attempt can
+	// be cut off by the wait's own deadline, so the whole log is read, not
+	// only the final state.)
+	logs, err := env.Client().CoreV1().Pods(ns).GetLogs("unassigned", &corev1.PodLogOptions{}).Do(context.Background()).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if term := terminated(p); term.ExitCode != 2 || !strings.Contains(string(logs), "connection refused") {
+		t.Errorf("pod to 10.96.0.250:80: exit %d, %q, log:\n%s\nwant exit 2 and connection refused (the guard's REJECT)", term.ExitCode, term.Message, logs)
 	}
 	after, err := testenv.GuardPackets()
 	if err != nil {
