@@ -148,10 +148,7 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 				}
 				continue
 			}
-			clear(set)
-			for i := range l.Items {
-				set[objKey(&l.Items[i])] = &l.Items[i]
-			}
+			replaceSet(set, l.Items)
 			if done, err := onSet(call()); done {
 				return err
 			}
@@ -215,13 +212,18 @@ func pollSet(ctx context.Context, lw *listWatch, sleep func(context.Context, tim
 		if sameSet(set, l.Items) {
 			continue
 		}
-		clear(set)
-		for i := range l.Items {
-			set[objKey(&l.Items[i])] = &l.Items[i]
-		}
+		replaceSet(set, l.Items)
 		if done, err := onSet(call()); done {
 			return err
 		}
+	}
+}
+
+// replaceSet makes set the listed items.
+func replaceSet(set map[string]*unstructured.Unstructured, items []unstructured.Unstructured) {
+	clear(set)
+	for i := range items {
+		set[objKey(&items[i])] = &items[i]
 	}
 }
 

@@ -101,14 +101,6 @@ func importImages(e *testenv.Env) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, img := range imgs {
-		archive := filepath.Join(e.Dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
-		if err := image.WriteArchiveFile(archive, img); err != nil {
-			return err
-		}
-		if err := e.ImportImage(ctx, archive); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err = e.ImportImages(ctx, e.Dir, imgs...)
+	return err
 }

@@ -47,13 +47,10 @@ func uwsgiImage(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			archive := filepath.Join(env.Dir, "kolla-uwsgi.tar")
-			if err := image.WriteArchiveFile(archive, img); err != nil {
-				return err
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			return env.ImportImage(ctx, archive)
+			_, err = env.ImportImages(ctx, env.Dir, img)
+			return err
 		}()
 	})
 	if uwsgiOnce.err != nil {

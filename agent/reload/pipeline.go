@@ -229,20 +229,18 @@ func (r *Reloader) Reload(ctx context.Context) (string, error) {
 	r.st.write("applied", hash)
 	r.log.Info("reload: new config committed", "hash", hash, "changed", strings.Join(changed, ","))
 	err = r.actAndVerify(ctx, hash, changed, "reload "+hash)
-	if errors.Is(err, ErrNoService) {
-		// The service has not started (a native sidecar renders before the
-		// service's container runs): it starts on this config.
+	// No service yet (a native sidecar renders before the service's
+	// container runs): it starts on this config, which is good as it is.
+	noService := errors.Is(err, ErrNoService)
+	if err == nil || noService {
 		r.st.write("good", hash)
 		r.st.write("pending", "")
 		r.st.prune(hash)
-		r.log.Info("reload: the service is not running; it will start on this config", "hash", hash)
-		return OutcomeApplied, nil
-	}
-	if err == nil {
-		r.st.write("good", hash)
-		r.st.write("pending", "")
-		r.st.prune(hash)
-		r.report(OutcomeApplied, hash, fmt.Sprintf("config %s applied (%s)", hash, strings.Join(changed, ", ")))
+		if noService {
+			r.log.Info("reload: the service is not running; it will start on this config", "hash", hash)
+		} else {
+			r.report(OutcomeApplied, hash, fmt.Sprintf("config %s applied (%s)", hash, strings.Join(changed, ", ")))
+		}
 		return OutcomeApplied, nil
 	}
 	if ctx.Err() != nil {

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"os"
+	"encoding/json"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -9,10 +9,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kolla-agent/kolla-agent/internal/image"
 )
 
 // dockerStage is one FROM ... AS name stage of a Dockerfile: what it is
-// built from, where it works, what it runs and what it copies.
+// built from (ARGs expanded), where it works, what it runs and what it copies.
 type dockerStage struct {
 	from, name, workdir, user string
 	runs                      []string
@@ -29,74 +31,30 @@ type dockerCopy struct {
 	dockerfile string
 }
 
-// parseDockerfile reads the instructions the tests look at: enough of the
-// Dockerfile syntax for these files (continuation lines, comments, JSON or
-// shell form), not a general parser.
+// parseDockerfile reads a Dockerfile with internal/image's parser, the one
+// `make images` builds from, into the fields these tests look at.
 func parseDockerfile(t *testing.T, p string) []*dockerStage {
 	t.Helper()
-	b, err := os.ReadFile(p)
+	stages, err := image.ParseDockerfile(p, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stages []*dockerStage
-	var cur *dockerStage
-	lines := strings.Split(string(b), "\n")
-	for i := 0; i < len(lines); i++ {
-		no, l := i+1, strings.TrimSpace(lines[i])
-		for strings.HasSuffix(l, "\\") && i+1 < len(lines) {
-			i++
-			l = strings.TrimSuffix(l, "\\") + " " + strings.TrimSpace(lines[i])
+	var out []*dockerStage
+	for _, st := range stages {
+		ds := &dockerStage{from: st.From, name: st.Name, workdir: st.Workdir, user: st.User, runs: st.Runs}
+		if st.Entrypoint != nil {
+			b, _ := json.Marshal(st.Entrypoint)
+			ds.entrypoint = string(b)
 		}
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
+		for k, v := range st.Labels {
+			ds.labels += " " + k + "=" + v
 		}
-		instr, rest, _ := strings.Cut(l, " ")
-		rest = strings.TrimSpace(rest)
-		switch strings.ToUpper(instr) {
-		case "FROM":
-			f := strings.Fields(rest)
-			cur = &dockerStage{from: f[0], workdir: "/"}
-			if len(f) == 3 && strings.EqualFold(f[1], "AS") {
-				cur.name = f[2]
-			}
-			stages = append(stages, cur)
-		case "ARG":
-		default:
-			if cur == nil {
-				t.Fatalf("%s:%d: %s before FROM", p, no, instr)
-			}
+		for _, c := range st.Copies {
+			ds.copies = append(ds.copies, dockerCopy{from: c.From, srcs: c.Srcs, dest: c.Dest, line: c.Line, dockerfile: p})
 		}
-		switch strings.ToUpper(instr) {
-		case "WORKDIR":
-			cur.workdir = rest
-		case "USER":
-			cur.user = rest
-		case "RUN":
-			cur.runs = append(cur.runs, rest)
-		case "LABEL":
-			cur.labels += " " + rest
-		case "ENTRYPOINT":
-			cur.entrypoint = rest
-		case "COPY":
-			c := dockerCopy{line: no, dockerfile: p}
-			f := strings.Fields(rest)
-			for len(f) > 0 && strings.HasPrefix(f[0], "--") {
-				if v, ok := strings.CutPrefix(f[0], "--from="); ok {
-					c.from = v
-				}
-				f = f[1:]
-			}
-			if len(f) < 2 {
-				t.Fatalf("%s:%d: COPY needs a source and a destination", p, no)
-			}
-			c.srcs, c.dest = f[:len(f)-1], f[len(f)-1]
-			cur.copies = append(cur.copies, c)
-		}
+		out = append(out, ds)
 	}
-	if len(stages) == 0 {
-		t.Fatalf("%s: no FROM", p)
-	}
-	return stages
+	return out
 }
 
 // placed is every path the stage's COPY instructions put into the image.
@@ -247,10 +205,11 @@ func TestDockerfiles(t *testing.T) {
 			if st == nil {
 				t.Fatalf("no images/%s/Dockerfile", name)
 			}
-			// The stage that stands for the agent image, FROM ${AGENT}.
+			// The stage that stands for the agent image, FROM ${AGENT}
+			// (its default, kolla-agent, as the parser expands it).
 			from := map[string]bool{}
 			for _, s := range st {
-				if s.from == "${AGENT}" {
+				if s.from == "kolla-agent" {
 					from[s.name] = true
 				}
 			}

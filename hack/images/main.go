@@ -58,18 +58,22 @@ func run(out, into string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for _, img := range imgs {
-		name := strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref) + ".tar"
-		path := filepath.Join(out, name)
+		fmt.Printf("%s: user %s, entrypoint %v\n", img.Ref, img.Config.User, img.Config.Entrypoint)
+	}
+	if env != nil {
+		paths, err := env.ImportImages(ctx, out, imgs...)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%v imported into the node of %s\n", paths, env.Dir)
+		return nil
+	}
+	for _, img := range imgs {
+		path := filepath.Join(out, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
 		if err := image.WriteArchiveFile(path, img); err != nil {
 			return err
 		}
-		fmt.Printf("%s: %s (user %s, entrypoint %v)\n", img.Ref, path, img.Config.User, img.Config.Entrypoint)
-		if env != nil {
-			if err := env.ImportImage(ctx, path); err != nil {
-				return err
-			}
-			fmt.Printf("  imported into the node of %s\n", env.Dir)
-		}
+		fmt.Println(path)
 	}
 	return nil
 }

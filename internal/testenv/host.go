@@ -106,9 +106,16 @@ func mountPoints() ([]string, error) {
 	return out, nil
 }
 
+// mountEscape is mountinfo's octal escape; ruleCounters the packet and
+// byte counters iptables-save -c puts before a rule.
+var (
+	mountEscape  = regexp.MustCompile(`\\[0-7]{3}`)
+	ruleCounters = regexp.MustCompile(`^\[\d+:\d+\] `)
+)
+
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).
 func unescapeMount(s string) string {
-	return regexp.MustCompile(`\\[0-7]{3}`).ReplaceAllStringFunc(s, func(m string) string {
+	return mountEscape.ReplaceAllStringFunc(s, func(m string) string {
 		var c byte
 		for _, d := range m[1:] {
 			c = c*8 + byte(d-'0')
@@ -197,7 +204,7 @@ func normalizeIptables(save string) string {
 			flush()
 		default:
 			empty = false
-			table = append(table, regexp.MustCompile(`^\[\d+:\d+\] `).ReplaceAllString(l, ""))
+			table = append(table, ruleCounters.ReplaceAllString(l, ""))
 		}
 	}
 	flush()

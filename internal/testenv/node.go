@@ -456,6 +456,23 @@ func (e *Env) ImportImage(ctx context.Context, archive string) error {
 	return err
 }
 
+// ImportImages writes each image as a docker archive in dir and imports it
+// into the node's containerd; it returns the archives' paths.
+func (e *Env) ImportImages(ctx context.Context, dir string, imgs ...image.Image) ([]string, error) {
+	var paths []string
+	for _, img := range imgs {
+		path := filepath.Join(dir, strings.NewReplacer("/", "_", ":", "_").Replace(img.Ref)+".tar")
+		if err := image.WriteArchiveFile(path, img); err != nil {
+			return paths, err
+		}
+		if err := e.ImportImage(ctx, path); err != nil {
+			return paths, err
+		}
+		paths = append(paths, path)
+	}
+	return paths, nil
+}
+
 // importSandboxImage builds the sandbox program and imports it as
 // SandboxImage.
 func (e *Env) importSandboxImage(ctx context.Context) error {
@@ -470,20 +487,12 @@ func (e *Env) importSandboxImage(ctx context.Context) error {
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("build the sandbox image: %v: %s", err, out)
 	}
-	archive := e.nodePath("images/pause.tar")
-	f, err := os.Create(archive)
-	if err != nil {
-		return err
-	}
-	err = image.WriteArchive(f, image.Image{
+	_, err = e.ImportImages(ctx, e.nodePath("images"), image.Image{
 		Ref:    SandboxImage,
 		Layers: []image.Layer{{Files: []image.File{{Path: "/pause", Mode: 0o755, Src: bin}}}},
 		Config: image.Config{Entrypoint: []string{"/pause"}, User: "65535:65535"},
 	})
-	if err := errors.Join(err, f.Close()); err != nil {
-		return err
-	}
-	return e.ImportImage(ctx, archive)
+	return err
 }
 
 // kubeletConfig is the KubeletConfiguration for this machine: cgroup v1
@@ -684,25 +693,23 @@ func (e *Env) restoreNodeHost() error {
 	if err != nil {
 		return err
 	}
-	var errs []error
 	// Twice: a cgroup or mount can be busy for a moment after its last
-	// process died.
-	for range 2 {
-		errs = []error{restoreHost(before)}
-		after, err := snapshotHost()
-		errs = append(errs, err)
-		if d := before.diff(after); len(d) > 0 {
-			errs = append(errs, fmt.Errorf("the host is not as the node found it:\n  %s", strings.Join(d, "\n  ")))
+	// process died. The host as it is decides, not restoreHost's errors.
+	var failed error
+	for attempt := range 2 {
+		if attempt > 0 {
 			sleepBrief()
-			continue
 		}
-		errs = nil
-		break
+		rerr := restoreHost(before)
+		after, serr := snapshotHost()
+		if d := before.diff(after); serr == nil && len(d) == 0 {
+			return errors.Join(os.Remove(e.path(fileHost)), unlockNode(e.Dir))
+		} else if len(d) > 0 {
+			serr = errors.Join(serr, fmt.Errorf("the host is not as the node found it:\n  %s", strings.Join(d, "\n  ")))
+		}
+		failed = errors.Join(rerr, serr)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	return errors.Join(os.Remove(e.path(fileHost)), unlockNode(e.Dir))
+	return failed
 }
 
 func sleepBrief() { time.Sleep(100 * time.Millisecond) }
