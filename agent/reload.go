@@ -128,9 +128,66 @@ func (rr *reloadRun) holdSlot(ctx context.Context, lease string) (func(), error)
 // config its pods run: action rollout sets it to roll the pods out.
 const ConfigHashAnnotation = "kolla.openstack.org/config-hash"
 
-// signaller is what the reload needs of the service.
+// signaller is what the reload needs of the service: its main process's
+// PID (0: none) and a way to signal it.
 type signaller interface {
 	Signal(ctx context.Context, sig syscall.Signal) error
+	PID() int
+}
+
+// gate shows a reload being acted on and verified in /readyz. A restart
+// stops the service, so readiness fails meanwhile; a signal is a graceful
+// reload that keeps it serving, so the pod stays Ready (only the verbose
+// output says "reloading") and a broken config is judged by the readiness
+// checks themselves, as any outage is.
+func (rr *reloadRun) gate(changed []string, reason string) {
+	h := rr.a.health.Load()
+	switch {
+	case h == nil:
+	case rr.action(changed) == "restart":
+		rr.a.gate("reloading", reason)
+	default:
+		h.SetDegraded("reloading", reason)
+	}
+}
+
+// settled, for a signal, notes the service's workers before it is sent and
+// returns the wait after which readiness proves the new config: until every
+// one of those workers has exited (a graceful reload replaced them), at most
+// reload.settle after the signal. uWSGI's old workers answered well 53 ms
+// after a SIGHUP whose config left it broken a second later.
+func (rr *reloadRun) settled(changed []string) func(context.Context) time.Time {
+	window := rr.cfg.SettleDuration()
+	if rr.action(changed) != "signal" || rr.signal == nil || window == 0 {
+		return nil
+	}
+	var before probes.Workers
+	if pid := rr.signal.PID(); pid > 0 {
+		before = probes.WorkersOf("", pid)
+	}
+	deadline := time.Now().Add(window)
+	return func(ctx context.Context) time.Time {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			now := time.Now()
+			switch {
+			case len(before) > 0 && before.Gone(""):
+				rr.a.log.Debug("reload: the service's workers before the signal have all exited", "workers", len(before))
+				return now
+			case !now.Before(deadline):
+				if len(before) > 0 {
+					rr.a.log.Info("reload: workers from before the signal still run; verifying from reload.settle on", "settle", rr.cfg.SettleDuration().String())
+				}
+				return now
+			}
+			select {
+			case <-ctx.Done():
+				return time.Now()
+			case <-t.C:
+			}
+		}
+	}
 }
 
 // newReload prepares the reload of a `run` whose service started with
@@ -171,7 +228,7 @@ func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun,
 		},
 		Validations:   vals,
 		VerifyTimeout: verify,
-		Gate:          func(reason string) { a.gate("reloading", reason) },
+		Gate:          rr.gate,
 		Report:        rr.report,
 		StateDir:      a.path(stateDir),
 		Logger:        a.log,
@@ -239,6 +296,7 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 		}
 	}
 	c.Verify = health.Verify
+	c.Settled = rr.settled
 	rr.health = health
 	c.Exec = func(ctx context.Context, argv []string) (string, error) {
 		return probes.NewExec(argv, means.spawner, means.env).Check(ctx)

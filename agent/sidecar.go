@@ -71,6 +71,8 @@ type foundService struct {
 	log *slog.Logger
 }
 
+func (f foundService) PID() int { return f.pids.PID() }
+
 func (f foundService) Signal(_ context.Context, sig syscall.Signal) error {
 	pid := f.pids.PID()
 	if pid == 0 {

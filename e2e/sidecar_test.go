@@ -59,8 +59,11 @@ func uwsgiImage(t *testing.T) {
 }
 
 // The app uWSGI serves: the config it read when it was loaded. uWSGI
-// reloads it on SIGHUP (--lazy-apps: each worker imports it anew).
+// reloads it on SIGHUP (--lazy-apps: each worker imports it anew). A config
+// that says "broken" parses but breaks the app: its workers serve 500s.
 const uwsgiApp = `CONF = open('/shared/app.yaml').read().strip()
+if CONF.startswith('broken'):
+    raise RuntimeError('this config breaks the app: ' + CONF)
 
 def application(environ, start_response):
     start_response('200 OK', [('Content-Type', 'text/plain')])
@@ -74,14 +77,12 @@ def application(environ, start_response):
 // (that first render is the start, not a reload to roll back), finds
 // uWSGI in the other container, and takes each ConfigMap edit the kubelet
 // writes into its volume to it with SIGHUP: a good one applied, a broken
-// one (YAML that does not parse) refused with the service left alone, and a
-// return to the first config applied again (REAL-PODS: the first config was
-// remembered as refused and skipped, silently).
-//
-// A breaking edit that parses is not used here: uWSGI reloads after SIGHUP
-// in the background, and the agent's verification can pass on a look that
-// the old workers still answer (seen under load: verified 53 ms after the
-// signal); see the notes of issue 21.
+// one (YAML that does not parse) refused with the service left alone, the
+// pod Ready throughout both; a config that parses but breaks the app rolled
+// back (uWSGI's old workers answer for a while after SIGHUP: a look they
+// answer must not verify it, reload.settle); and a return to the first
+// config applied again (REAL-PODS: the first config was remembered as
+// refused and skipped, silently).
 func TestNativeSidecarReloadsAcrossContainers(t *testing.T) {
 	testenv.NeedNode(t, env)
 	uwsgiImage(t)
@@ -172,10 +173,6 @@ probes:
 			t.Fatal(err)
 		}
 	}
-	serves("v1")
-	edit("v2") // written into the volume by the kubelet at its next sync
-	serves("v2")
-	edit("v3: [broken") // does not parse: refused before it is written
 	logOf := func() string {
 		logs, err := c.CoreV1().Pods(ns).GetLogs("app", &corev1.PodLogOptions{Container: "kolla-agent"}).Do(ctx).Raw()
 		if err != nil {
@@ -183,23 +180,40 @@ probes:
 		}
 		return string(logs)
 	}
-	err := wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Second, true, func(context.Context) (bool, error) {
-		return strings.Contains(logOf(), "outcome=rejected"), nil
-	})
-	if err != nil {
-		t.Fatalf("the broken config was not refused:\n%s", logOf())
+	waitLog := func(what string) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Second, true, func(context.Context) (bool, error) {
+			return strings.Contains(logOf(), what), nil
+		})
+		if err != nil {
+			t.Fatalf("no %q in the sidecar's log:\n%s", what, logOf())
+		}
 	}
+	serves("v1")
+	notReady := watchNotReady(t, ns, "app")
+	edit("v2") // written into the volume by the kubelet at its next sync
 	serves("v2")
+	waitLog("outcome=applied")
+	edit("v3: [broken") // does not parse: refused before it is written
+	waitLog("outcome=rejected")
+	serves("v2")
+	if n := notReady(); len(n) > 0 {
+		t.Errorf("the pod was not Ready during a graceful reload and a refused edit: %s", strings.Join(n, "; "))
+	}
+	edit("broken v4") // parses, breaks the app once uWSGI has reloaded
+	waitLog("outcome=rolled-back")
+	serves("v2")
+	waitPod(t, ns, "app", "Ready again after the rollback", 60*time.Second, podReady)
 	edit("v1") // the first render's config: applied, not remembered as refused
 	serves("v1")
 	logs := logOf()
 	if !strings.Contains(logs, "the service is not running; it will start on this config") {
 		t.Errorf("the first render was not taken as the start:\n%s", logs)
 	}
-	if strings.Contains(logs, "rolled-back") || strings.Contains(logs, "refused before") {
-		t.Errorf("want no rollback and no config skipped as refused:\n%s", logs)
+	if strings.Count(logs, `msg="reload pass" outcome=rolled-back`) != 1 || strings.Contains(logs, "refused before") {
+		t.Errorf("want one rollback (the breaking edit's) and no config skipped as refused:\n%s", logs)
 	}
-	p, err = c.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
+	p, err := c.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +221,36 @@ probes:
 		if cs.RestartCount != 0 {
 			t.Errorf("container %s restarted %d times: the reloads were not graceful", cs.Name, cs.RestartCount)
 		}
+	}
+}
+
+// watchNotReady watches the pod until the test ends; the function it
+// returns lists each time the pod was seen not Ready since the call.
+func watchNotReady(t *testing.T, ns, name string) func() []string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := env.Client().CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && !podReady(p) {
+				mu.Lock()
+				seen = append(seen, time.Now().Format("15:04:05.000")+" "+string(ev.Type))
+				mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), seen...)
 	}
 }
 

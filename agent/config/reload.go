@@ -34,6 +34,14 @@ type Reload struct {
 	Signal string `json:"signal,omitempty"`
 	// VerifyTimeout bounds how long the service may take to be ready again.
 	VerifyTimeout string `json:"verifyTimeout,omitempty"`
+	// Settle is the longest a signalled service may take to take the
+	// signal: readiness counts only from the moment every worker process
+	// it had before the signal has exited, or from Settle after the
+	// signal, whichever comes first. A graceful reload (uWSGI, apache,
+	// oslo.service) keeps the old workers answering for a while, and a
+	// pass they give proves nothing about the new config. 0: from the
+	// signal.
+	Settle string `json:"settle,omitempty"`
 	// Validate lists commands that must accept a staged file.
 	Validate []ReloadValidate `json:"validate,omitempty"`
 	// StateDir keeps the staged sets and the applied, good and bad hashes.
@@ -72,6 +80,7 @@ const (
 	DefaultReloadMaxWait  = 10 * time.Second
 	DefaultReloadRescan   = 60 * time.Second
 	DefaultReloadVerify   = 60 * time.Second
+	DefaultReloadSettle   = 5 * time.Second
 	DefaultReloadAction   = "signal"
 	DefaultReloadSignal   = "SIGHUP"
 	DefaultReloadStateDir = "/var/lib/kolla-agent/reload"
@@ -87,6 +96,15 @@ func (c *Config) ReloadLease() string {
 		return r.LeaseName
 	}
 	return "kolla-reload-" + c.Bootstrap.Name
+}
+
+// SettleDuration returns settle, defaulted.
+func (r *Reload) SettleDuration() time.Duration {
+	if r.Settle == "" {
+		return DefaultReloadSettle
+	}
+	d, _ := time.ParseDuration(r.Settle) // validated
+	return d
 }
 
 // Durations returns quiet, maxWait, rescan and verifyTimeout, defaulted.
@@ -154,7 +172,7 @@ func (c *Config) validateReload(e *problems) {
 		return
 	}
 	durs := map[string]error{}
-	for _, f := range []struct{ name, v string }{{"quiet", r.Quiet}, {"maxWait", r.MaxWait}, {"rescan", r.Rescan}, {"verifyTimeout", r.VerifyTimeout}} {
+	for _, f := range []struct{ name, v string }{{"quiet", r.Quiet}, {"maxWait", r.MaxWait}, {"rescan", r.Rescan}, {"verifyTimeout", r.VerifyTimeout}, {"settle", r.Settle}} {
 		_, err := parseDuration("reload."+f.name, f.v)
 		e.addErr(err)
 		durs[f.name] = err

@@ -61,6 +61,7 @@ func schemaFields() map[string]schemagen.Field {
 		"Reload.MaxWait":          dur(DefaultReloadMaxWait),
 		"Reload.Rescan":           dur(DefaultReloadRescan),
 		"Reload.VerifyTimeout":    dur(DefaultReloadVerify),
+		"Reload.Settle":           dur(DefaultReloadSettle),
 		"Logs.Rescan":             dur(DefaultLogsRescan),
 		"Logs.Drain":              dur(DefaultLogsDrain),
 		"Multiline.Idle":          dur(DefaultLogsIdle),

@@ -66,11 +66,15 @@ type Config struct {
 	// Verify waits until the service is ready after a change made at since;
 	// it returns an error when ctx ends first. Nil: nothing to wait for.
 	Verify func(ctx context.Context, since time.Time) error
-	// VerifyTimeout bounds Verify; default 60s.
+	// VerifyTimeout bounds Verify (Settled's wait included); default 60s.
 	VerifyTimeout time.Duration
-	// Gate, with a reason, makes readiness fail while a reload is verified;
-	// with "" it clears that.
-	Gate func(reason string)
+	// Settled, when set, is called just before acting on changed; the wait
+	// it returns (nil: none) ends when the service has taken the change,
+	// and Verify counts looks from the time it returns.
+	Settled func(changed []string) func(ctx context.Context) time.Time
+	// Gate, with a reason, marks a reload of changed being acted on and
+	// verified; with "" it clears that.
+	Gate func(changed []string, reason string)
 	// Report is told every outcome but "unchanged": outcome, the hash, and
 	// a message for people (an Event).
 	Report func(outcome, hash, msg string)
@@ -274,8 +278,8 @@ func (r *Reloader) Reload(ctx context.Context) (string, error) {
 	return OutcomeRolledBack, err
 }
 
-// actAndVerify acts on the changed files and waits for readiness, with
-// readiness failing "reloading" meanwhile.
+// actAndVerify acts on the changed files and waits for readiness, with the
+// gate set meanwhile.
 func (r *Reloader) actAndVerify(ctx context.Context, hash string, changed []string, what string) error {
 	if r.cfg.Hold != nil {
 		release, err := r.cfg.Hold(ctx, changed)
@@ -285,8 +289,12 @@ func (r *Reloader) actAndVerify(ctx context.Context, hash string, changed []stri
 		defer release()
 	}
 	if r.cfg.Gate != nil {
-		r.cfg.Gate(what)
-		defer r.cfg.Gate("")
+		r.cfg.Gate(changed, what)
+		defer r.cfg.Gate(changed, "")
+	}
+	var settled func(context.Context) time.Time
+	if r.cfg.Settled != nil {
+		settled = r.cfg.Settled(changed)
 	}
 	since := time.Now()
 	if r.cfg.Act != nil {
@@ -301,6 +309,9 @@ func (r *Reloader) actAndVerify(ctx context.Context, hash string, changed []stri
 	}
 	vctx, cancel := context.WithTimeout(ctx, r.cfg.VerifyTimeout)
 	defer cancel()
+	if settled != nil {
+		since = settled(vctx)
+	}
 	if err := r.cfg.Verify(vctx, since); err != nil {
 		return fmt.Errorf("not ready within %v: %w", r.cfg.VerifyTimeout, err)
 	}

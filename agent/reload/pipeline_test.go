@@ -299,3 +299,37 @@ func TestReloadRemembersOnlyConfigsThatFailed(t *testing.T) {
 		t.Errorf("reports %q, want one skipped report saying the config was refused before", p.reports)
 	}
 }
+
+// Settled is asked before the action, for the changed files, and Verify
+// counts its looks from the time its wait returns, not from the action.
+func TestReloadVerifiesFromSettled(t *testing.T) {
+	p := newPipe(t, map[string]string{"/etc/keystone/keystone.conf": goodConf})
+	var order []string
+	var since time.Time
+	settledAt := time.Now().Add(time.Hour)
+	p.r.cfg.Settled = func(changed []string) func(context.Context) time.Time {
+		order = append(order, "settled "+strings.Join(changed, ","))
+		return func(context.Context) time.Time {
+			order = append(order, "wait")
+			return settledAt
+		}
+	}
+	act := p.r.cfg.Act
+	p.r.cfg.Act = func(ctx context.Context, hash string, changed []string) error {
+		order = append(order, "act")
+		return act(ctx, hash, changed)
+	}
+	p.r.cfg.Verify = func(_ context.Context, s time.Time) error {
+		order = append(order, "verify")
+		since = s
+		return nil
+	}
+	p.fr.files["/etc/keystone/keystone.conf"] = "[DEFAULT]\ndebug = true\n"
+	p.reload(OutcomeApplied)
+	if got := strings.Join(order, "; "); got != "settled /etc/keystone/keystone.conf; act; wait; verify" {
+		t.Errorf("order: %s", got)
+	}
+	if !since.Equal(settledAt) {
+		t.Errorf("verified from %v, want the settled time %v", since, settledAt)
+	}
+}
