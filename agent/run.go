@@ -240,9 +240,40 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		a.reportFailure(p, nil, "RenderFailed", err)
 		return 0, err
 	}
+	run := cfg.Run
+	cred, err := supervise.LookupCredential(a.opts.Root, run.User, run.Group)
+	if err != nil {
+		return 0, configErr("run.user/run.group: %v", err)
+	}
+	env := a.childEnv(cred)
+	var hook kollaHook
+	if rc.kc != nil {
+		a.gate("starting", "running kolla's start hooks")
+		if hook, err = a.kollaStart(ctx, rc.kc, env); err != nil {
+			a.reportFailure(p, nil, "KollaStartFailed", err)
+			return 0, err
+		}
+		if hook.exited {
+			// start.sh sources the hook: its exit is the container's
+			// (KOLLA_BOOTSTRAP, KOLLA_UPGRADE, KOLLA_FINISH_UPGRADE).
+			a.log.Info("kolla: the image's start hook exited; so does the container", "code", hook.code)
+			return hook.code, nil
+		}
+		if hook.ran {
+			env = hook.env
+		}
+	}
 	command, oneShot, err := a.command(p, rc.kc, args)
 	if err != nil {
 		return 0, err
+	}
+	if len(hook.args) > 0 {
+		if len(args) == 0 && run.Command == "" && !oneShot {
+			command = append(command, hook.args...) // start.sh: exec ${CMD} ${ARGS}
+			a.log.Info("kolla: the start hook's ARGS appended to the command", "args", hook.args)
+		} else {
+			a.log.Warn("kolla: the start hook set ARGS for config.json's command, which is not the one run; ignored", "args", hook.args)
+		}
 	}
 	if oneShot {
 		// kolla's KOLLA_BOOTSTRAP/KOLLA_UPGRADE: the bootstrap command in
@@ -256,12 +287,6 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 	if len(command) == 0 {
 		return 0, configErr("run: no command: give one after --, in run.command of agent.yaml, or in kolla's config.json")
 	}
-	run := cfg.Run
-	cred, err := supervise.LookupCredential(a.opts.Root, run.User, run.Group)
-	if err != nil {
-		return 0, configErr("run.user/run.group: %v", err)
-	}
-	env := a.childEnv(cred)
 	if !a.supervise(run.Supervise, cfg.SteadyState()) {
 		return 0, execAs(command, env, cred)
 	}

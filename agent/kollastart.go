@@ -1,0 +1,217 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kolla-agent/kolla-agent/agent/render"
+)
+
+// What kolla's start.sh does between kolla_set_configs and the exec of the
+// service, which images rely on: /run_command, the custom CA certificates,
+// and the image's kolla_extend_start hook.
+const (
+	kollaRunCommand  = "/run_command"
+	kollaCACertDir   = "/var/lib/kolla/share/ca-certificates"
+	kollaExtendStart = "kolla_extend_start"
+	kollaCopyCACerts = "kolla_copy_cacerts"
+	// hookDone starts what the wrapper writes once the hook has returned;
+	// without it, the hook exited.
+	hookDone = "kolla-agent-hook-returned"
+)
+
+// kollaHook is what the image's hook left for the service.
+type kollaHook struct {
+	ran    bool
+	args   []string // ARGS, split on blanks as start.sh's ${ARGS} is
+	env    []string // the environment the hook exported
+	exited bool     // the hook called exit: the container ends with code
+	code   int
+}
+
+// kollaStart does, once config.json is applied, what kolla's start.sh does
+// before it execs the service: write /run_command, install the custom CA
+// certificates, and source the image's kolla_extend_start (unless
+// KOLLA_SKIP_EXTEND_START is set) in bash with errexit and pipefail, CMD
+// and ARGS set, in the service's environment env. The hook runs as the
+// agent's user, the container's, as kolla's does.
+func (a *Agent) kollaStart(ctx context.Context, kc *render.KollaConfig, env []string) (kollaHook, error) {
+	if err := os.WriteFile(a.path(kollaRunCommand), []byte(kc.Command), 0o644); err != nil {
+		// kolla writes it as root through sudo; a non-root agent cannot,
+		// and the agent itself never reads it.
+		a.log.Info("kolla: "+kollaRunCommand+" not written", "reason", err.Error())
+	} else if err := os.Chmod(a.path(kollaRunCommand), 0o644); err != nil {
+		return kollaHook{}, err
+	}
+	if err := a.copyCACerts(ctx, env); err != nil {
+		return kollaHook{}, err
+	}
+	if _, skip := a.opts.LookupEnv("KOLLA_SKIP_EXTEND_START"); skip {
+		return kollaHook{}, nil
+	}
+	hook, err := lookPathEnv(kollaExtendStart, env)
+	if err != nil {
+		return kollaHook{}, nil // an image without a hook
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		return kollaHook{}, fmt.Errorf("kolla: %s needs bash, which the image does not have: %w", hook, err)
+	}
+	a.log.Info("kolla: running the image's start hook", "hook", hook)
+	return runKollaHook(ctx, bash, hook, kc.Command, env)
+}
+
+// runKollaHook sources hook as start.sh does and reads back, on file
+// descriptor 3, ARGS and the exported environment once it returns.
+func runKollaHook(ctx context.Context, bash, hook, command string, env []string) (kollaHook, error) {
+	const script = `set -o errexit
+set -o pipefail
+CMD=$1
+ARGS=""
+shift
+. "$0"
+{ printf '%s\0%s\0' ` + hookDone + ` "$ARGS"; env -0; } >&3
+`
+	r, w, err := os.Pipe()
+	if err != nil {
+		return kollaHook{}, err
+	}
+	defer r.Close()
+	cmd := exec.CommandContext(ctx, bash, "-c", script, hook, command)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 30 * time.Second
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return kollaHook{}, fmt.Errorf("kolla: %s: %w", hook, err)
+	}
+	w.Close()
+	out, _ := io.ReadAll(r)
+	werr := cmd.Wait()
+	h := kollaHook{ran: true}
+	fields := bytes.Split(out, []byte{0})
+	if len(fields) < 2 || string(fields[0]) != hookDone {
+		h.exited = true
+		var ee *exec.ExitError
+		switch {
+		case werr == nil:
+		case errors.As(werr, &ee):
+			h.code = ee.ExitCode()
+			if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
+				h.code = 128 + int(st.Signal())
+			}
+		default:
+			return kollaHook{}, fmt.Errorf("kolla: %s: %w", hook, werr)
+		}
+		return h, nil
+	}
+	h.args = strings.Fields(string(fields[1]))
+	before := map[string]bool{}
+	for _, kv := range env {
+		before[kv] = true
+	}
+	for _, kv := range fields[2:] {
+		s := string(kv)
+		name, _, ok := strings.Cut(s, "=")
+		if !ok || name == "" {
+			continue
+		}
+		// bash's own bookkeeping, unless the container had it.
+		if (name == "_" || name == "SHLVL" || name == "OLDPWD") && !before[s] {
+			continue
+		}
+		h.env = append(h.env, s)
+	}
+	return h, nil
+}
+
+// copyCACerts installs the certificates kolla mounts at
+// /var/lib/kolla/share/ca-certificates into the image's trust store: with
+// the image's kolla_copy_cacerts when it has one (through sudo when the
+// agent is not root, as start.sh), else as that does on Debian and Ubuntu
+// (update-ca-certificates) and RHEL (update-ca-trust).
+func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
+	ents, err := os.ReadDir(a.path(kollaCACertDir))
+	if err != nil || !slices.ContainsFunc(ents, func(e os.DirEntry) bool { return !e.IsDir() }) {
+		return nil // no custom CA: nothing to do
+	}
+	run := func(argv ...string) error {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("kolla: installing the CA certificates of %s: %s: %v: %s", kollaCACertDir, strings.Join(argv, " "), err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	if tool, err := lookPathEnv(kollaCopyCACerts, env); err == nil {
+		if os.Geteuid() == 0 {
+			return run(tool)
+		}
+		return run("sudo", "-n", "-E", tool)
+	}
+	if os.Geteuid() != 0 {
+		return configErr("kolla: %s holds CA certificates, but the agent is not root and the image has no %s to install them with (run the agent as root with run.user, or give the image kolla's sudoers and %s)", kollaCACertDir, kollaCopyCACerts, kollaCopyCACerts)
+	}
+	var dest, update string
+	switch {
+	case isDir(a.path("/usr/local/share/ca-certificates")):
+		dest, update = "/usr/local/share/ca-certificates", "update-ca-certificates"
+	case isDir(a.path("/etc/pki/ca-trust/source/anchors")):
+		dest, update = "/etc/pki/ca-trust/source/anchors", "update-ca-trust"
+	default:
+		return configErr("kolla: %s holds CA certificates, but the image has no trust store the agent knows (/usr/local/share/ca-certificates, /etc/pki/ca-trust/source/anchors)", kollaCACertDir)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(a.path(kollaCACertDir), e.Name()))
+		if err != nil {
+			return fmt.Errorf("kolla: %w", err)
+		}
+		name := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())) + ".crt" // update-ca-certificates reads *.crt only
+		if err := os.WriteFile(filepath.Join(a.path(dest), "kolla-customca-"+name), b, 0o644); err != nil {
+			return fmt.Errorf("kolla: %w", err)
+		}
+	}
+	return run(update)
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
+// lookPathEnv finds name on the PATH of env (the service's), not the
+// agent's own.
+func lookPathEnv(name string, env []string) (string, error) {
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found in PATH", name)
+}
