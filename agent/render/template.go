@@ -210,6 +210,9 @@ func (r *templateRun) retryMoved(f func() error) error {
 // first failure; the files before it stay written.
 func WriteTemplates(files []RenderedTemplate) error {
 	for _, f := range files {
+		if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
+			return fmt.Errorf("render: %s: %w", f.Item.Dest, err)
+		}
 		if err := writeFileAtomic(f.Path, f.Data, f.Mode, f.UID, f.GID); err != nil {
 			return fmt.Errorf("render: %s: %w", f.Item.Dest, err)
 		}
@@ -260,8 +263,17 @@ func planTemplates(items []TemplateItem, root string) ([]RenderedTemplate, error
 		}
 		dests[dest] = i
 		f := RenderedTemplate{Item: it, Path: templateUnderRoot(root, dest), UID: -1, GID: -1}
-		if fi, err := os.Stat(filepath.Dir(f.Path)); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("%s: %s: the directory %s does not exist", field("dest"), it.Dest, filepath.Dir(dest))
+		// Missing directories are made at the write, as kolla's
+		// set_configs makes a destination's parents; what exists on the
+		// way must be a directory.
+		for d := filepath.Dir(dest); ; d = filepath.Dir(d) {
+			fi, err := os.Stat(templateUnderRoot(root, d))
+			if err == nil && !fi.IsDir() {
+				return nil, fmt.Errorf("%s: %s: %s is not a directory", field("dest"), it.Dest, d)
+			}
+			if err == nil || d == filepath.Dir(d) {
+				break
+			}
 		}
 		var err error
 		if f.Mode, err = templatePerm(it.Perm); err != nil {

@@ -634,6 +634,8 @@ func TestApplyTemplates(t *testing.T) {
 	}
 
 	// Bad fields fail before any template is rendered, naming the item.
+	os.WriteFile(filepath.Join(root, "etc/glance/a-file"), nil, 0o644)
+	defer os.Remove(filepath.Join(root, "etc/glance/a-file"))
 	for _, tc := range []struct {
 		items []TemplateItem
 		want  string
@@ -641,7 +643,7 @@ func TestApplyTemplates(t *testing.T) {
 		{[]TemplateItem{good, {Src: "/templates/good.tmpl", Dest: "/etc/glance/x", Perm: "0999"}}, `render[1].perm: "0999" is not an octal mode`},
 		{[]TemplateItem{{Src: "/templates/good.tmpl", Dest: "/etc/glance/x", Owner: "no-such-user"}}, `render[0].owner: `},
 		{[]TemplateItem{good, good}, `render[1].dest: /etc/glance/glance-api.conf is also render[0].dest`},
-		{[]TemplateItem{{Src: "/templates/good.tmpl", Dest: "/etc/nope/x"}}, `render[0].dest: /etc/nope/x: the directory /etc/nope does not exist`},
+		{[]TemplateItem{{Src: "/templates/good.tmpl", Dest: "/etc/glance/a-file/sub/y"}}, `render[0].dest: /etc/glance/a-file/sub/y: /etc/glance/a-file is not a directory`},
 		{[]TemplateItem{{Src: "templates/good.tmpl", Dest: "/etc/glance/x"}}, `render[0].src: "templates/good.tmpl": want an absolute path`},
 		{[]TemplateItem{{Src: "/templates/missing.tmpl", Dest: "/etc/glance/x"}}, `render[0].src: /templates/missing.tmpl: no such file or directory`},
 	} {
@@ -649,6 +651,16 @@ func TestApplyTemplates(t *testing.T) {
 			t.Errorf("error %v, want %s...", err, tc.want)
 		}
 	}
+
+	// A destination's missing directories are made, as kolla makes them.
+	deep := TemplateItem{Src: "/templates/good.tmpl", Dest: "/etc/glance/glance.conf.d/sub/x.conf"}
+	if err := applyTemplates(ctx, []TemplateItem{deep}, o); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "etc/glance/glance.conf.d/sub")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("the made directory: %v", err)
+	}
+	os.RemoveAll(filepath.Join(root, "etc/glance/glance.conf.d"))
 
 	// Written with the mode and owner asked (our own ids: the test may not
 	// be root).
