@@ -28,8 +28,10 @@ const serviceCIDR = "10.96.0.0/16"
 const controllers = "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach"
 
 // nodeControllers is what it runs with a real node: node lifecycle too,
-// which lifts a new Node's not-ready taint once the kubelet reports Ready.
-const nodeControllers = "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-persistentvolume-binder,-attachdetach"
+// which lifts a new Node's not-ready taint once the kubelet reports Ready,
+// and the PersistentVolume binder, which binds a StatefulSet's claims to
+// the volumes a test makes (hostPath: nothing to attach).
+const nodeControllers = "*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-route,-attachdetach"
 
 // launch starts a component and waits until ready reports nil; a ready error
 // wrapping errPortClash ends the wait at once. On failure the process is

@@ -27,7 +27,8 @@
 // bridge, the kubelet, kube-proxy and kube-scheduler; the API server and
 // CoreDNS also listen on the node's bridge address (NodeIP), the
 // ServiceAccount and NodeRestriction admission plugins and the Node
-// authorizer are on, and the node lifecycle controller runs. Before any
+// authorizer are on, and the node lifecycle and PersistentVolume binder
+// controllers run (a test makes hostPath volumes for the claims). Before any
 // component starts, the host's state is recorded and a guard keeps the pod
 // and Service ranges on the machine; Stop puts every sysctl, iptables rule,
 // mount, link, cgroup and path back and fails if the host differs.

@@ -199,7 +199,11 @@ func linkExists(name string) bool {
 // bridge (a Service IP that kube-proxy has not translated would otherwise
 // follow the default route), and nothing from a pod is forwarded anywhere
 // but back to the bridge. The filter table sees packets after kube-proxy's
-// DNAT, so translated Service traffic passes.
+// DNAT, so translated Service traffic passes: from a pod, and from the host,
+// whose packet is rerouted to the bridge after the DNAT although OUTPUT's
+// -o still names the interface of the route taken before it (the hook's
+// output device is fixed when the packet enters it), hence the RETURN for
+// what was translated to the node's pod subnet.
 func guardRules() [][]string {
 	ipt := func(args ...string) []string { return append([]string{"iptables", "-w"}, args...) }
 	// A TCP connection is refused with a reset, which its sender sees at
@@ -212,7 +216,10 @@ func guardRules() [][]string {
 	}
 	notLocal := []string{"!", "-o", NodeBridge, "-m", "addrtype", "!", "--dst-type", "LOCAL"}
 	return slices.Concat(
-		[][]string{ipt("-N", guardChain)},
+		[][]string{
+			ipt("-N", guardChain),
+			ipt("-A", guardChain, "-d", podSubnet, "-m", "conntrack", "--ctstate", "DNAT", "-j", "RETURN"),
+		},
 		reject(guardChain, append([]string{"-d", serviceIPs}, notLocal...)...),
 		reject(guardChain, append([]string{"-d", podRange}, notLocal...)...),
 		[][]string{ipt("-N", podChain)},
