@@ -1,5 +1,7 @@
 // Command images builds the images images/agent and images/openstack-helm
-// describe, from the binaries of `make build`, as docker-archive tarballs
+// describe, from the binaries of `make build`, and the kolla-style image of
+// each service of the examples slice (images/kolla on a Debian root with
+// the real packages, internal/image.Services), as docker-archive tarballs
 // (what `docker save` writes), and imports them into a testenv node's
 // containerd when one runs in the -import directory. No registry, no
 // Docker daemon: internal/image reads the Dockerfiles.
@@ -23,14 +25,15 @@ import (
 func main() {
 	out := flag.String("out", "bin/images", "where the tarballs go")
 	into := flag.String("import", "", "a hack/testenv directory whose node gets the images (skipped when none runs there)")
+	services := flag.Bool("services", true, "also the service images (a Debian root each, cached by package list)")
 	flag.Parse()
-	if err := run(*out, *into); err != nil {
+	if err := run(*out, *into, *services); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, into string) error {
+func run(out, into string, services bool) error {
 	root, err := os.Getwd()
 	if err != nil {
 		return err
@@ -38,6 +41,21 @@ func run(out, into string) error {
 	imgs, err := image.Project(root)
 	if err != nil {
 		return err
+	}
+	if services {
+		for _, s := range image.Services() {
+			start := time.Now()
+			rootfs, err := image.ServiceRoot(filepath.Join(testenv.CacheDir(), "images"), s)
+			if err != nil {
+				return err
+			}
+			img, err := image.ServiceImage(root, s, imgs[0], rootfs)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s: Debian root %s (%.0fs)\n", img.Ref, rootfs, time.Since(start).Seconds())
+			imgs = append(imgs, img)
+		}
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
@@ -55,7 +73,7 @@ func run(out, into string) error {
 			env = nil
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	for _, img := range imgs {
 		fmt.Printf("%s: user %s, entrypoint %v\n", img.Ref, img.Config.User, img.Config.Entrypoint)

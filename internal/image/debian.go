@@ -20,10 +20,32 @@ const debianRecipe = "r1"
 // only registry there is), and cached in dir by suite and package list:
 // the base layer of a service image, with the real services in it.
 func DebianRoot(dir, suite string, packages []string) (string, error) {
-	pkgs := slices.Clone(packages)
+	return Root{Suite: suite, Packages: packages}.Build(dir)
+}
+
+// Root is a Debian root to build. Essential and Customize are shell
+// commands mmdebstrap runs on the host with the root's path as $1:
+// Essential once the essential packages are in and before Packages (users
+// the packages' scripts must find, as kolla's base image makes them),
+// Customize at the end.
+type Root struct {
+	Suite     string
+	Packages  []string
+	Essential []string
+	Customize []string
+}
+
+// Build makes the root, or returns the one cached in dir for the same
+// recipe, suite, packages and hooks.
+func (r Root) Build(dir string) (string, error) {
+	pkgs := slices.Clone(r.Packages)
 	slices.Sort(pkgs)
-	sum := sha256.Sum256([]byte(debianRecipe + "\n" + suite + "\n" + strings.Join(pkgs, ",")))
-	path := filepath.Join(dir, "debian-"+suite+"-"+hex.EncodeToString(sum[:8])+".tar")
+	key := debianRecipe + "\n" + r.Suite + "\n" + strings.Join(pkgs, ",")
+	if len(r.Essential)+len(r.Customize) > 0 {
+		key += "\n" + strings.Join(r.Essential, "\n") + "\n--\n" + strings.Join(r.Customize, "\n") + "\n--skip=cleanup/run"
+	}
+	sum := sha256.Sum256([]byte(key))
+	path := filepath.Join(dir, "debian-"+r.Suite+"-"+hex.EncodeToString(sum[:8])+".tar")
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
 		return path, nil
 	}
@@ -34,7 +56,19 @@ func DebianRoot(dir, suite string, packages []string) (string, error) {
 		return "", err
 	}
 	tmp := strings.TrimSuffix(path, ".tar") + ".partial.tar"
-	args := []string{"--variant=apt", "--format=tar", "--include=" + strings.Join(pkgs, ","), suite, tmp}
+	args := []string{"--variant=apt", "--format=tar", "--include=" + strings.Join(pkgs, ",")}
+	for _, h := range r.Essential {
+		args = append(args, "--essential-hook="+h)
+	}
+	for _, h := range r.Customize {
+		args = append(args, "--customize-hook="+h)
+	}
+	if len(r.Customize) > 0 {
+		// What the hooks made under /run (/run/mysqld) stays: an image's
+		// /run is not a fresh tmpfs in a pod.
+		args = append(args, "--skip=cleanup/run")
+	}
+	args = append(args, r.Suite, tmp)
 	// The host's sources: the mirror this machine may reach.
 	if out, err := exec.Command("mmdebstrap", args...).CombinedOutput(); err != nil {
 		os.Remove(tmp)
