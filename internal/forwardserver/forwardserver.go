@@ -529,3 +529,6 @@ func writeCert(certFile, keyFile string) error {
 	}
 	return os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600)
 }
+
+// Script is server.js, for a receiver that runs elsewhere (a pod's image).
+func Script() []byte { return slices.Clone(script) }

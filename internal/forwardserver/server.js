@@ -3,7 +3,9 @@
 //
 // Usage: node server.js CONFIG, where CONFIG is a JSON object:
 //   module          absolute directory of the installed @fluent-org/logger
-//   port            TCP port on 127.0.0.1; 0 picks a free one
+//   host            address to listen on; default 127.0.0.1 (a pod's
+//                   receiver: 0.0.0.0, for the kubelet's probe)
+//   port            TCP port; 0 picks a free one
 //   output          file the entries are appended to
 //   sharedKey       optional: require the shared-key handshake
 //   serverHostname  the hostname sent in HELO's PONG (with sharedKey)
@@ -152,7 +154,7 @@ class Server extends logger.FluentServer {
   }
 }
 
-const options = {listenOptions: {host: "127.0.0.1", port: config.port || 0}};
+const options = {listenOptions: {host: config.host || "127.0.0.1", port: config.port || 0}};
 if (config.sharedKey) {
   options.security = {
     serverHostname: config.serverHostname,
@@ -167,6 +169,10 @@ if (config.tlsCert) {
     key: fs.readFileSync(config.tlsKey),
   };
 }
+
+// As a container's PID 1 the default action of SIGTERM does not apply: end
+// on it, as a log receiver stopped by the kubelet does.
+process.on("SIGTERM", () => process.exit(0));
 
 const server = new Server(options);
 server.listen().then(() => {
