@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,172 +18,68 @@ import (
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
-	"github.com/kolla-agent/kolla-agent/internal/image"
+	"github.com/kolla-agent/kolla-agent/internal/slice"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"k8s.io/utils/ptr"
 )
 
-var servicesOnce struct {
+var sliceOnce struct {
 	sync.Once
 	err error
 }
 
-// serviceImages builds (each Debian root cached by its recipe) and imports
-// the kolla-style image of every service of the examples slice, once per
-// test binary: what `make images` builds.
-func serviceImages(t *testing.T) {
+// sliceImages builds (each Debian root cached by its recipe) and imports
+// the kolla-style image of every service of the examples slice and the
+// Fluent receiver, once per test binary: what `make images` builds.
+func sliceImages(t *testing.T) {
 	t.Helper()
-	servicesOnce.Do(func() {
-		servicesOnce.err = func() error {
-			imgs, err := image.Project(repoRoot())
-			if err != nil {
-				return err
-			}
-			var svc []image.Image
-			for _, s := range image.Services() {
-				rootfs, err := image.ServiceRoot(filepath.Join(testenv.CacheDir(), "images"), s)
-				if err != nil {
-					return err
-				}
-				img, err := image.ServiceImage(repoRoot(), s, imgs[0], rootfs)
-				if err != nil {
-					return err
-				}
-				svc = append(svc, img)
-			}
+	sliceOnce.Do(func() {
+		imgs, err := slice.Images(repoRoot(), filepath.Join(testenv.CacheDir(), "images"))
+		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 			defer cancel()
-			_, err = env.ImportImages(ctx, env.Dir, svc...)
-			return err
-		}()
+			_, err = env.ImportImages(ctx, env.Dir, imgs...)
+		}
+		sliceOnce.err = err
 	})
-	if servicesOnce.err != nil {
-		t.Fatalf("the service images: %v", servicesOnce.err)
+	if sliceOnce.err != nil {
+		t.Fatalf("the slice's images: %v", sliceOnce.err)
 	}
 }
 
-// kollaImage matches the examples' kolla images; the name maps to the
-// image internal/image builds.
-var kollaImage = regexp.MustCompile(`quay\.io/openstack\.kolla/([a-z-]+):[A-Za-z0-9._-]+`)
-
-// examplesSlice builds examples/ as `kubectl apply -k examples/` would and
-// keeps the objects of the named services (by the directory their
-// manifests come from, and the shared namespace, Secrets and RBAC), with
-// only the images swapped for the ones built here, in pod specs and in the
-// Job templates the ConfigMaps carry alike.
+// examplesSlice is slice.Build for the test, with the namespace allowing
+// the receiver's host directory (receivedIn), which baseline refuses; the
+// examples' pods are held to baseline by cmd/kolla-agent's server-side dry
+// run, and warned of here.
 func examplesSlice(t *testing.T, services ...string) []*unstructured.Unstructured {
 	t.Helper()
-	resMap, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot(), "examples"))
+	objs, err := slice.Build(repoRoot(), services...)
 	if err != nil {
-		t.Fatalf("kustomize build examples/: %v", err)
+		t.Fatal(err)
 	}
-	var out []*unstructured.Unstructured
-	for _, r := range resMap.Resources() {
-		b, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b = bytes.ReplaceAll(b, []byte("ghcr.io/kolla-agent/kolla-agent:latest"), []byte(image.AgentRef))
-		b = kollaImage.ReplaceAllFunc(b, func(m []byte) []byte {
-			name := string(kollaImage.FindSubmatch(m)[1])
-			name = strings.TrimSuffix(name, "-server") // mariadb-server
-			return []byte("localhost/kolla-" + name + ":dev")
-		})
-		o := &unstructured.Unstructured{}
-		if err := o.UnmarshalJSON(b); err != nil {
-			t.Fatal(err)
-		}
-		if !inSlice(o, services) {
-			continue
-		}
+	for _, o := range objs {
 		if o.GetKind() == "Namespace" {
-			// The receiver's host directory (receiverSidecar) is what
-			// baseline refuses; the examples' pods are held to it by
-			// cmd/kolla-agent's server-side dry run (and warned of here).
 			labels := o.GetLabels()
 			labels["pod-security.kubernetes.io/warn"] = labels["pod-security.kubernetes.io/enforce"]
 			labels["pod-security.kubernetes.io/enforce"] = "privileged"
 			o.SetLabels(labels)
 		}
-		out = append(out, o)
 	}
-	return out
+	return objs
 }
 
-// inSlice: the namespace, the Secrets, the ServiceAccounts, Roles and
-// their bindings, and what names or is named after one of services (a Job
-// only by its own name: keystone-service-users is glance's).
-func inSlice(o *unstructured.Unstructured, services []string) bool {
-	switch o.GetKind() {
-	case "Namespace", "Secret", "ServiceAccount", "Role", "RoleBinding":
-		return true
-	case "Job":
-		return slices.Contains(services, o.GetName())
-	}
-	name := o.GetName()
-	for _, s := range services {
-		if name == s || strings.HasPrefix(name, s+"-") {
-			return true
-		}
-	}
-	return false
-}
-
-// apply creates or updates each object through the dynamic client, as
-// `kubectl apply` (server-side) does.
 func apply(t *testing.T, objs []*unstructured.Unstructured) {
 	t.Helper()
-	dc, err := discovery.NewDiscoveryClientForConfig(env.Admin())
-	if err != nil {
+	if err := slice.Apply(context.Background(), env.Admin(), objs); err != nil {
 		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
-	dyn, err := dynamic.NewForConfig(env.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s %s: %v", gvk.Kind, o.GetName(), err)
-		}
-		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
-		if o.GetNamespace() != "" {
-			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-		}
-		b, err := json.Marshal(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			_, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, b, metav1.PatchOptions{FieldManager: "e2e", Force: ptrTo(true)})
-			// A namespace's default ServiceAccount comes a moment later.
-			if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
-				return false, nil
-			}
-			return err == nil, err
-		})
-		if err != nil {
-			t.Fatalf("apply %s %s: %v", gvk.Kind, o.GetName(), err)
-		}
 	}
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // hostPathVolume makes a PersistentVolume for the claim ns/claim, on a
 // directory of the test owned by uid: the StatefulSet's volumeClaimTemplate
@@ -240,47 +135,13 @@ func waitReady(t *testing.T, ns, selector string, n int, timeout time.Duration) 
 			p := &pods[i]
 			b.WriteString(p.Name + ": " + describe(ns, p.Name, p))
 			for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
-				logs, _ := env.Client().CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: cs.Name, TailLines: ptrTo(int64(30))}).Do(context.Background()).Raw()
+				logs, _ := env.Client().CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: cs.Name, TailLines: ptr.To(int64(30))}).Do(context.Background()).Raw()
 				fmt.Fprintf(&b, "  --- %s's last lines:\n%s\n", cs.Name, logs)
 			}
 		}
 		t.Fatalf("%s in %s: not %d Ready within %s:\n%s", selector, ns, n, timeout, b.String())
 	}
 	return pods
-}
-
-// receiverSidecar puts the Fluent receiver where keystone's fluent-bit
-// native sidecar is (same name, same place among the init containers, same
-// restartPolicy Always), listening where the agent's logs.sink points; it
-// writes what it acks to dir/<pod name>.jsonl, a host directory that
-// outlives the pod.
-func receiverSidecar(t *testing.T, deploy *unstructured.Unstructured, dir string) {
-	t.Helper()
-	inits, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "initContainers")
-	found := false
-	for _, c := range inits {
-		m := c.(map[string]any)
-		if m["name"] != "fluent-bit" {
-			continue
-		}
-		found = true
-		probe := func(period int64) map[string]any {
-			return map[string]any{"tcpSocket": map[string]any{"port": int64(24224)}, "periodSeconds": period, "failureThreshold": int64(30)}
-		}
-		m["image"], m["imagePullPolicy"] = receiverRef, "Never"
-		m["args"] = []any{`{"module": "/srv/node_modules/@fluent-org/logger", "host": "0.0.0.0", "port": 24224, "output": "/out/$(POD_NAME).jsonl"}`}
-		m["env"] = []any{map[string]any{"name": "POD_NAME", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}}}
-		m["ports"] = []any{map[string]any{"name": "forward", "containerPort": int64(24224)}}
-		m["startupProbe"], m["livenessProbe"] = probe(1), probe(30)
-		m["volumeMounts"] = []any{map[string]any{"name": "received", "mountPath": "/out"}}
-	}
-	if !found {
-		t.Fatal("examples/keystone/deployment.yaml has no fluent-bit sidecar any more")
-	}
-	unstructured.SetNestedSlice(deploy.Object, inits, "spec", "template", "spec", "initContainers")
-	vols, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "volumes")
-	vols = append(vols, map[string]any{"name": "received", "hostPath": map[string]any{"path": dir, "type": "Directory"}})
-	unstructured.SetNestedSlice(deploy.Object, vols, "spec", "template", "spec", "volumes")
 }
 
 // TestExamplesKeystoneSlice applies examples/ (kustomize, as `kubectl
@@ -304,9 +165,8 @@ func receiverSidecar(t *testing.T, deploy *unstructured.Unstructured, dir string
 //     line of a request made just before.
 func TestExamplesKeystoneSlice(t *testing.T) {
 	testenv.NeedNode(t, env)
-	serviceImages(t)
-	receiverImage(t)
-	const ns = "openstack" // the examples' own: their templates name it
+	sliceImages(t)
+	const ns = slice.Namespace
 	objs := examplesSlice(t, "mariadb", "memcached", "keystone")
 	received, err := os.MkdirTemp("", "kolla-agent-received-")
 	if err != nil {
@@ -316,7 +176,11 @@ func TestExamplesKeystoneSlice(t *testing.T) {
 	os.Chmod(received, 0o777)
 	for _, o := range objs {
 		if o.GetKind() == "Deployment" && o.GetName() == "keystone" {
-			receiverSidecar(t, o, received)
+			// a host directory: what it received outlives the pod
+			err := slice.ReplaceFluentBit(o, slice.Receiver{Image: slice.ReceiverRef, Volume: map[string]any{"hostPath": map[string]any{"path": received, "type": "Directory"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	t.Cleanup(func() {

@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# `make demo-cluster`: the keystone example on a real local control plane
+# `make demo-cluster`: as root with a node (hack/install-tools.sh all),
+# examples/demo/node puts examples/ on a real node: mariadb, memcached and
+# keystone as real pods of kolla-style images of Debian's packages, and
+# prints the pods, their Events, the probe answers and a token.
+#
+# Without a node (not root, or KOLLA_DEMO_STANDIN=1): the keystone example on a real local control plane
 # (hack/testenv: etcd, kube-apiserver, kube-controller-manager, CoreDNS on
 # loopback). kolla-agent as the init container of a Deployment's pods (waits
 # for service:mariadb and job:keystone-fernet-setup with a ServiceAccount
@@ -18,6 +23,16 @@
 set -euo pipefail
 BIN=$(realpath "${1:-bin/kolla-agent}")
 cd "$(dirname "$0")/../.."
+
+# As root with the node's tools: the examples as real pods on a real node
+# (examples/demo/node). Otherwise, or with KOLLA_DEMO_STANDIN=1, the
+# stand-in kubelet below.
+if [ -z "${KOLLA_DEMO_STANDIN:-}" ]; then
+	rc=0
+	go run ./examples/demo/node "$PWD" || rc=$?
+	[ "$rc" -ne 3 ] && exit "$rc"
+	echo "(falling back to the stand-in kubelet)"
+fi
 
 for f in /usr/bin/keystone-manage /usr/bin/keystone-wsgi-public /usr/bin/uwsgi-core \
 	/usr/lib/uwsgi/plugins/python3_plugin.so /usr/lib/uwsgi/plugins/http_plugin.so; do

@@ -1,7 +1,8 @@
 // Command images builds the images images/agent and images/openstack-helm
 // describe, from the binaries of `make build`, and the kolla-style image of
 // each service of the examples slice (images/kolla on a Debian root with
-// the real packages, internal/image.Services), as docker-archive tarballs
+// the real packages, internal/image.Services) and the Fluent receiver that
+// stands in for fluent-bit (internal/slice), as docker-archive tarballs
 // (what `docker save` writes), and imports them into a testenv node's
 // containerd when one runs in the -import directory. No registry, no
 // Docker daemon: internal/image reads the Dockerfiles.
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/internal/image"
+	"github.com/kolla-agent/kolla-agent/internal/slice"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
 
@@ -43,19 +45,13 @@ func run(out, into string, services bool) error {
 		return err
 	}
 	if services {
-		for _, s := range image.Services() {
-			start := time.Now()
-			rootfs, err := image.ServiceRoot(filepath.Join(testenv.CacheDir(), "images"), s)
-			if err != nil {
-				return err
-			}
-			img, err := image.ServiceImage(root, s, imgs[0], rootfs)
-			if err != nil {
-				return err
-			}
-			fmt.Printf("%s: Debian root %s (%.0fs)\n", img.Ref, rootfs, time.Since(start).Seconds())
-			imgs = append(imgs, img)
+		start := time.Now()
+		more, err := slice.Images(root, filepath.Join(testenv.CacheDir(), "images"))
+		if err != nil {
+			return err
 		}
+		fmt.Printf("the examples slice's images (Debian roots cached in %s): %.0fs\n", filepath.Join(testenv.CacheDir(), "images"), time.Since(start).Seconds())
+		imgs = append(imgs, more...)
 	}
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
