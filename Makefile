@@ -62,7 +62,8 @@ bench: tools build
 	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 40m ./cmd/... ./discovery/... ./internal/... 2>&1 | tee $(BENCHRAW)/e2e.txt"
 	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchtime 20x -count 3 ./agent/... 2>&1 | tee $(BENCHRAW)/agent.txt"
 	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -count 1 -timeout 30m ./probes/... 2>&1 | tee $(BENCHRAW)/probes.txt"
-	$(GO) run ./hack/bench -txt docs/benchmarks.txt -doc docs/benchmarks.md $(BENCHRAW)/e2e.txt $(BENCHRAW)/agent.txt $(BENCHRAW)/probes.txt
+	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./e2e/ 2>&1 | tee $(BENCHRAW)/pods.txt"
+	$(GO) run ./hack/bench -txt docs/benchmarks.txt -doc docs/benchmarks.md $(BENCHRAW)/e2e.txt $(BENCHRAW)/agent.txt $(BENCHRAW)/probes.txt $(BENCHRAW)/pods.txt
 
 demo: build
 	bash examples/local/demo.sh $(BIN)

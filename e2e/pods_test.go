@@ -39,7 +39,7 @@ func agentContainer(name string, args ...string) corev1.Container {
 // createPod creates a pod, retrying while the namespace's default
 // ServiceAccount does not exist yet (the ServiceAccount admission plugin
 // refuses pods until the controller manager has made it).
-func createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
+func createPod(t testing.TB, pod *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -61,7 +61,7 @@ func createPod(t *testing.T, pod *corev1.Pod) *corev1.Pod {
 // waitPod waits until cond holds for the pod; when it does not in time the
 // test fails with what the kubelet said: phase, container states and the
 // pod's Events.
-func waitPod(t *testing.T, ns, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
+func waitPod(t testing.TB, ns, name, what string, timeout time.Duration, cond func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

@@ -52,6 +52,7 @@ const (
 	footArea   = "footprint"
 	scaleArea  = "scale (500 pods)"
 	sizeArea   = "binary"
+	podArea    = "real pods"
 )
 
 const entrypoint = "kubernetes-entrypoint's loop: a GET per dependency every 2 s"
@@ -231,4 +232,11 @@ var figures = []figure{
 
 	{Area: sizeArea, What: "`kolla-agent-probe`, stripped, static", Bench: "BenchmarkBinarySize",
 		Ours: "probe-bytes", Unit: "bytes"},
+
+	{Area: podArea, What: "a dependency's EndpointSlice ready -> the waiting pod Ready (init container; kubelet, containerd, runc), median", Bench: "BenchmarkRealPodReadyAfterDependency",
+		Ours: "agent-ms/median", Base: "entrypoint-ms/median", BaseIs: "kubernetes-entrypoint's loop as its init container, same pod spec", Unit: "ms", Headline: "real pod: dependency ready -> pod Ready, median"},
+	{Area: podArea, What: "the kubelet's httpGet readiness probe of the agent's /readyz (prober_probe_duration_seconds), mean", Bench: "BenchmarkRealPodProbeLatency",
+		Ours: "readyz-ms/mean", Base: "tcp-ms/mean", BaseIs: "the kubelet's tcpSocket probe of the same port", Unit: "ms", Headline: "real pod: the kubelet's /readyz probe, mean"},
+	{Area: podArea, What: "`kubectl delete pod` -> the pod gone (the agent as PID 1 stops its service), median", Bench: "BenchmarkRealPodDeletion",
+		Ours: "agent-ms/median", Base: "pause-ms/median", BaseIs: "a pod of the pause program, which ends at once on SIGTERM", Unit: "ms", Headline: "real pod: delete -> gone, median"},
 }
