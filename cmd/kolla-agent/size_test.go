@@ -9,8 +9,10 @@ import (
 )
 
 // The stripped static binary, built as `make build` builds it, with every
-// duty linked, stays within its budget: 20 MB (decimal, the stricter
-// reading). kubernetes-entrypoint alone is 44 MB. It is static (no program
+// duty linked, stays within its budget: 25,000,000 bytes (decimal, the
+// stricter reading; raised from 20 MB by the project's steering so that a
+// well-kept library such as gophercloud may do its job). kubernetes-entrypoint
+// alone is 44 MB. It is static (no program
 // interpreter, no shared library), so the scratch image of images/agent and
 // any kolla base image run it.
 func TestStrippedBinarySize(t *testing.T) {
@@ -33,8 +35,8 @@ func TestStrippedBinarySize(t *testing.T) {
 	if libs, err := f.ImportedLibraries(); err != nil || len(libs) > 0 {
 		t.Errorf("the binary needs shared libraries %v (%v)", libs, err)
 	}
-	if info.Size() > 20_000_000 {
-		t.Errorf("stripped binary is %d bytes, over 20 MB: see which imports pull what (go tool nm -size -sort size)", info.Size())
+	if info.Size() > 25_000_000 {
+		t.Errorf("stripped binary is %d bytes, over 25,000,000: see which imports pull what (go tool nm -size -sort size)", info.Size())
 	}
 }
 

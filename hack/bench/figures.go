@@ -228,7 +228,7 @@ var figures = []figure{
 		Ours: "agent-resume-req/pod"},
 
 	{Area: sizeArea, What: "`kolla-agent`, stripped, static, every duty linked", Bench: "BenchmarkBinarySize",
-		Ours: "agent-bytes", Unit: "bytes", Target: "<= 20,000,000 (kubernetes-entrypoint: 44 MB)", Headline: "stripped static binary, every duty (budget 20,000,000 bytes; kubernetes-entrypoint: 44 MB)"},
+		Ours: "agent-bytes", Unit: "bytes", Target: "<= 25,000,000 (kubernetes-entrypoint: 44 MB)", Headline: "stripped static binary, every duty (budget 25,000,000 bytes; kubernetes-entrypoint: 44 MB)"},
 
 	{Area: sizeArea, What: "`kolla-agent-probe`, stripped, static", Bench: "BenchmarkBinarySize",
 		Ours: "probe-bytes", Unit: "bytes"},
