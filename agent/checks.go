@@ -14,6 +14,7 @@ type checkMeans struct {
 	pids    probes.PIDSource // the service's process; nil when there is none
 	spawner probes.Spawner   // starts exec checks
 	env     []string         // exec checks' environment
+	argv    []string         // the service's command line (run mode)
 	deps    *discovery.Waiter
 }
 
@@ -110,8 +111,25 @@ func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checke
 		return probes.NewDependency(d, m.deps, a.log.With("check", ch.Name)), nil
 	case ch.RPC != nil:
 		r := ch.RPC
+		var sources []probes.OsloSource
+		for _, p := range r.ConfigFiles {
+			sources = append(sources, probes.OsloSource{Path: a.path(p)})
+		}
+		for _, p := range r.ConfigDirs {
+			sources = append(sources, probes.OsloSource{Path: a.path(p), Dir: true})
+		}
+		if r.ConfigFile == "" && len(sources) == 0 && r.TransportURL == "" {
+			// The files the service itself reads, from its command line.
+			for _, s := range probes.OsloSources(m.argv) {
+				s.Path = a.path(s.Path)
+				sources = append(sources, s)
+			}
+			if len(sources) == 0 {
+				return nil, fmt.Errorf("%s.rpc: give configFile, configFiles, configDirs or transportURL: the service's command line has no --config-file or --config-dir to read", f)
+			}
+		}
 		c, err := probes.NewRPC(probes.RPCConfig{
-			ConfigFile: a.path(r.ConfigFile), TransportURL: r.TransportURL, Topic: r.Topic, Server: r.Server,
+			ConfigFile: a.path(r.ConfigFile), Sources: sources, TransportURL: r.TransportURL, Topic: r.Topic, Server: r.Server,
 			Exchange: r.Exchange, Method: r.Method, Namespace: r.Namespace, Version: r.Version,
 			Logger: a.log.With("check", ch.Name),
 		})

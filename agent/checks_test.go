@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -87,6 +88,8 @@ func TestCheckSpecsBadInput(t *testing.T) {
 		{"probes:\n  checks:\n    - {name: c, connections: {ports: [3306]}}\n", "probes.checks[0].connections: there is no service process"},
 		{"probes:\n  checks:\n    - {name: h, http: {url: \"https://x/\", caFile: /nonexistent/ca.pem}}\n", "probes.checks[0].http"},
 		{"probes:\n  checks:\n    - {name: r, rpc: {configFile: /nonexistent/nova.conf, topic: conductor}}\n", "probes.checks[0].rpc"},
+		{"probes:\n  checks:\n    - {name: r, rpc: {topic: conductor}}\n", "probes.checks[0].rpc: give configFile, configFiles, configDirs or transportURL: the service's command line has no --config-file or --config-dir"},
+		{"probes:\n  checks:\n    - {name: r, rpc: {topic: conductor, configDirs: [/nonexistent/nova.conf.d]}}\n", "/nonexistent/nova.conf.d"},
 	} {
 		c, err := config.Parse("agent.yaml", []byte(tc.yaml))
 		if err != nil {
@@ -96,6 +99,31 @@ func TestCheckSpecsBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want it to contain %q", tc.yaml, err, tc.want)
 		}
+	}
+}
+
+// An rpc check that names no config reads the files the service does,
+// from its command line, in oslo.config's order.
+func TestRPCCheckFromCommandLine(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "nova.conf"), []byte("[DEFAULT]\nhost = c1\n"), 0o644)
+	os.Mkdir(filepath.Join(dir, "nova.conf.d"), 0o755)
+	os.WriteFile(filepath.Join(dir, "nova.conf.d", "50-rabbit.conf"), []byte("[DEFAULT]\ntransport_url = rabbit://u:p@127.0.0.1:1/\n"), 0o644)
+	c, err := config.Parse("agent.yaml", []byte("probes:\n  checks:\n    - {name: r, rpc: {topic: conductor}, probes: [readiness]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(Options{})
+	// Without the snippet, nova.conf has no transport_url: the error names
+	// the files read.
+	argv := []string{"nova-conductor", "--config-file=" + filepath.Join(dir, "nova.conf")}
+	if _, err := a.checkSpecs(c, checkMeans{argv: argv}, false); err == nil || !strings.Contains(err.Error(), "nova.conf: [DEFAULT] transport_url: missing") {
+		t.Fatalf("nova.conf alone: %v", err)
+	}
+	argv = append(argv, "--config-dir", filepath.Join(dir, "nova.conf.d"))
+	specs, err := a.checkSpecs(c, checkMeans{argv: argv}, false)
+	if err != nil || len(specs) != 1 {
+		t.Fatalf("with the snippet: %v", err)
 	}
 }
 

@@ -311,7 +311,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 			return 0, configErr("run: %v", serr)
 		}
 		a.metrics.restarts(func() int { return 0 }) // without reload the agent exits with the service
-		code, err = a.steadyState(ctx, p, pr, s, s, s, env, nil)
+		code, err = a.steadyState(ctx, p, pr, s, s, s, env, command, nil)
 	} else {
 		// A reload may restart the service inside the container.
 		s, serr := newRestartable(newSup)
@@ -320,7 +320,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		}
 		rr.signal, rr.restarter = s, s
 		a.metrics.restarts(s.Restarts)
-		code, err = a.steadyState(ctx, p, pr, s, s, s, env, rr)
+		code, err = a.steadyState(ctx, p, pr, s, s, s, env, command, rr)
 	}
 	var cerr *ConfigError
 	switch {

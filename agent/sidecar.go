@@ -56,7 +56,7 @@ func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
 		f := foundService{pids: finder, log: a.log}
 		rr.signal, rr.restarter = f, f
 	}
-	_, err = a.steadyState(ctx, p, nil, nil, pids, probes.OSSpawner{}, os.Environ(), rr)
+	_, err = a.steadyState(ctx, p, nil, nil, pids, probes.OSSpawner{}, os.Environ(), nil, rr)
 	return err
 }
 

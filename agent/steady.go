@@ -30,7 +30,7 @@ type service interface {
 // steadyState runs the duties beside the service as one run group until
 // the service exits or ctx ends (SIGTERM), and returns the service's exit
 // code. svc is nil in sidecar mode, pids the service's process (nil if
-// none). Shutdown runs in the order the duties are added:
+// none), argv its command line (nil in sidecar mode). Shutdown runs in the order the duties are added:
 //
 //  1. readiness -> stopping (/readyz answers 503 at once; /livez stays 200)
 //  2. the reload, which could act on the service
@@ -38,10 +38,10 @@ type service interface {
 //  4. the log shipping, which drains what the service wrote last
 //  5. the checks, the bootstrap's later phases, the catalog
 //  6. the probe server, last, so probes answer through the whole stop.
-func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc service, pids probes.PIDSource, spawner probes.Spawner, env []string, rr *reloadRun) (int, error) {
+func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc service, pids probes.PIDSource, spawner probes.Spawner, env, argv []string, rr *reloadRun) (int, error) {
 	sidecar := svc == nil
 	cfg := config0(p)
-	means := checkMeans{pids: pids, spawner: spawner, env: env}
+	means := checkMeans{pids: pids, spawner: spawner, env: env, argv: argv}
 	if deps := dependencyChecks(cfg); len(deps) > 0 {
 		dc, err := a.discoveryConfig(p, deps)
 		if err != nil {

@@ -159,7 +159,8 @@ probes:
 		})
 		if err != nil {
 			logs, _ := c.CoreV1().Pods(ns).GetLogs("app", &corev1.PodLogOptions{Container: "kolla-agent"}).Do(ctx).Raw()
-			t.Fatalf("uWSGI serves %q, want %q\nthe sidecar's log:\n%s", got, want, logs)
+			t.Fatalf("uWSGI serves %q, want %q (the agent's port answers %q)\n%s\nthe sidecar's log:\n%s", got, want,
+				get(fmt.Sprintf("http://%s:8095/readyz?verbose", p.Status.PodIP)), describe(ns, "app", nil), logs)
 		}
 	}
 	edit := func(conf string) {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -29,6 +30,75 @@ func readOsloConf(file string) (*osloConf, error) {
 		return nil, err // *PathError names the file
 	}
 	return parseOsloConf(file, data)
+}
+
+// OsloSource is one of a service's --config-file (a file) or --config-dir
+// (a directory whose *.conf files are read in name order) arguments.
+type OsloSource struct {
+	Path string
+	Dir  bool
+}
+
+// OsloSources takes a service's oslo config arguments from its command
+// line, in their order: --config-file and --config-dir, each as two words
+// or joined by "=". As argparse, a word starting with "-" is no option's
+// value; an empty value names nothing.
+func OsloSources(argv []string) []OsloSource {
+	var out []OsloSource
+	for i := 0; i < len(argv); i++ {
+		for _, opt := range []string{"--config-file", "--config-dir"} {
+			var v string
+			switch {
+			case argv[i] == opt:
+				if i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "-") {
+					i++
+					v = argv[i]
+				}
+			case strings.HasPrefix(argv[i], opt+"="):
+				v = strings.TrimPrefix(argv[i], opt+"=")
+			default:
+				continue
+			}
+			if v != "" {
+				out = append(out, OsloSource{Path: v, Dir: opt == "--config-dir"})
+			}
+			break
+		}
+	}
+	return out
+}
+
+// readOsloConfs reads sources as oslo.config does, in order, each
+// directory's *.conf sorted by name, and merges them: a later file's value
+// wins. A directory that does not exist is an error, as for oslo.config.
+func readOsloConfs(sources []OsloSource) (*osloConf, error) {
+	var files []*osloconf.File
+	for _, s := range sources {
+		paths := []string{s.Path}
+		if s.Dir {
+			ents, err := os.ReadDir(s.Path)
+			if err != nil {
+				return nil, fmt.Errorf("config dir: %w", err)
+			}
+			paths = nil
+			for _, e := range ents { // sorted by name
+				if !e.IsDir() && strings.HasSuffix(e.Name(), ".conf") {
+					paths = append(paths, filepath.Join(s.Path, e.Name()))
+				}
+			}
+		}
+		for _, p := range paths {
+			c, err := readOsloConf(p)
+			if err != nil {
+				return nil, err
+			}
+			files = append(files, c.f)
+		}
+	}
+	if len(files) == 1 {
+		return &osloConf{f: files[0]}, nil
+	}
+	return &osloConf{f: osloconf.Merge(files...)}, nil
 }
 
 // parseOsloConf parses data, the content of file, as oslo.config does (see
@@ -51,8 +121,8 @@ func (c *osloConf) get(section, key string) (string, bool) {
 // where names a key for an error message: "file:line: [section] key" when
 // the key is set, "file: [section] key" when it is not.
 func (c *osloConf) where(section, key string) string {
-	if _, line, ok := c.f.Get(section, key); ok {
-		return fmt.Sprintf("%s:%d: [%s] %s", c.f.Name, line, section, key)
+	if file, line, ok := c.f.Where(section, key); ok {
+		return fmt.Sprintf("%s:%d: [%s] %s", file, line, section, key)
 	}
 	return fmt.Sprintf("%s: [%s] %s", c.f.Name, section, key)
 }

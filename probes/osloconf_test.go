@@ -1,6 +1,9 @@
 package probes
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -264,6 +267,76 @@ func FuzzParseTransportURL(f *testing.F) {
 			if h.password != "" && h.password != "***" && h != (amqpHost{"localhost", 5672, "guest", "guest"}) {
 				t.Fatalf("redacted %q of %q shows password %q", redacted, raw, h.password)
 			}
+		}
+	})
+}
+
+// The service's --config-file and --config-dir arguments, in their order.
+func TestOsloSources(t *testing.T) {
+	argv := []string{"nova-conductor", "--config-file", "/etc/nova/nova.conf", "--config-dir=/etc/nova/nova.conf.d", "--debug", "--config-file=/etc/nova/extra.conf", "--config-dir"}
+	got := OsloSources(argv)
+	want := []OsloSource{{Path: "/etc/nova/nova.conf"}, {Path: "/etc/nova/nova.conf.d", Dir: true}, {Path: "/etc/nova/extra.conf"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("OsloSources = %v, want %v (a trailing --config-dir without a value is ignored)", got, want)
+	}
+}
+
+// As nova reads `--config-file nova.conf --config-dir nova.conf.d`: the
+// directory's *.conf in name order after the file, a later value winning;
+// an error names the file and line; a missing directory is an error.
+func TestReadOsloConfs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) {
+		os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("nova.conf", "[DEFAULT]\ntransport_url = rabbit://old\nhost = c1\n")
+	write("nova.conf.d/90-last.conf", "[DEFAULT]\ntransport_url = rabbit://u:p@mq:5672/\n")
+	write("nova.conf.d/10-first.conf", "[DEFAULT]\ntransport_url = rabbit://first\n[oslo_messaging_rabbit]\nssl = true\n")
+	write("nova.conf.d/notes.txt", "[DEFAULT]\ntransport_url = never\n")
+	c, err := readOsloConfs([]OsloSource{{Path: filepath.Join(dir, "nova.conf")}, {Path: filepath.Join(dir, "nova.conf.d"), Dir: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := c.get("DEFAULT", "transport_url"); v != "rabbit://u:p@mq:5672/" {
+		t.Errorf("transport_url %q, want 90-last.conf's", v)
+	}
+	if w := c.where("DEFAULT", "transport_url"); w != filepath.Join(dir, "nova.conf.d/90-last.conf")+":2: [DEFAULT] transport_url" {
+		t.Errorf("where: %s", w)
+	}
+	if v, _ := c.get("oslo_messaging_rabbit", "ssl"); v != "true" {
+		t.Errorf("a snippet's TLS setting: %q", v)
+	}
+	if v, _ := c.get("DEFAULT", "host"); v != "c1" {
+		t.Errorf("host %q, from nova.conf", v)
+	}
+	write("nova.conf.d/50-bad.conf", "[DEFAULT\n")
+	if _, err := readOsloConfs([]OsloSource{{Path: filepath.Join(dir, "nova.conf.d"), Dir: true}}); err == nil || !strings.Contains(err.Error(), "50-bad.conf:1") {
+		t.Errorf("a bad snippet: %v", err)
+	}
+	if _, err := readOsloConfs([]OsloSource{{Path: filepath.Join(dir, "missing.d"), Dir: true}}); err == nil || !strings.Contains(err.Error(), "missing.d") {
+		t.Errorf("a missing directory: %v", err)
+	}
+}
+
+// OsloSources takes any command line: each source is one of its words (or
+// the part after "="), in the order of the words.
+func FuzzOsloSources(f *testing.F) {
+	f.Add("nova-conductor\x00--config-file\x00/etc/nova/nova.conf\x00--config-dir=/etc/nova/nova.conf.d")
+	f.Add("--config-dir\x00--config-file")
+	f.Fuzz(func(t *testing.T, s string) {
+		argv := strings.Split(s, "\x00")
+		last := -1
+		for _, src := range OsloSources(argv) {
+			i := slices.IndexFunc(argv[last+1:], func(w string) bool {
+				return w == src.Path || strings.HasSuffix(w, "="+src.Path)
+			})
+			if i < 0 {
+				t.Fatalf("%q: source %q is not a later word of the command line", argv, src.Path)
+			}
+			last += 1 + i
 		}
 	})
 }

@@ -64,6 +64,10 @@ type RPCConfig struct {
 	// it, at NewRPC and again at each (re)connection, so that a reloaded
 	// config is followed.
 	ConfigFile string
+	// Sources are more of the service's oslo config after ConfigFile, in
+	// oslo.config's order (its --config-file and --config-dir arguments as
+	// given): a later one's options win.
+	Sources []OsloSource
 	// TransportURL is used instead of the config file's transport_url.
 	TransportURL string
 	// Topic is the RPC topic of the service ("conductor", "scheduler").
@@ -160,7 +164,7 @@ func NewRPC(cfg RPCConfig) (*RPC, error) {
 	if strings.TrimSpace(cfg.Topic) == "" {
 		return nil, errors.New("rpc: topic is required")
 	}
-	if cfg.ConfigFile == "" && cfg.TransportURL == "" {
+	if cfg.ConfigFile == "" && len(cfg.Sources) == 0 && cfg.TransportURL == "" {
 		return nil, errors.New("rpc: a config file or a transport URL is required")
 	}
 	r := &RPC{
@@ -187,8 +191,12 @@ func NewRPC(cfg RPCConfig) (*RPC, error) {
 // load resolves the settings of the next connection.
 func (r *RPC) load() (*rpcSettings, error) {
 	var conf *osloConf
-	if r.cfg.ConfigFile != "" {
-		c, err := readOsloConf(r.cfg.ConfigFile)
+	if r.cfg.ConfigFile != "" || len(r.cfg.Sources) > 0 {
+		var sources []OsloSource
+		if r.cfg.ConfigFile != "" {
+			sources = append(sources, OsloSource{Path: r.cfg.ConfigFile})
+		}
+		c, err := readOsloConfs(append(sources, r.cfg.Sources...))
 		if err != nil {
 			return nil, fmt.Errorf("rpc: %w", err)
 		}

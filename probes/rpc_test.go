@@ -208,6 +208,21 @@ heartbeat_timeout_threshold = 60
 			t.Errorf("detail = %q", detail)
 		}
 	})
+	t.Run("transport_url in a --config-dir snippet (openstack-helm's layout)", func(t *testing.T) {
+		// nova.conf names a broker that refuses; the snippet, read after
+		// it as oslo.config reads --config-dir, names the real one.
+		dir := t.TempDir()
+		main := filepath.Join(dir, "nova.conf")
+		os.WriteFile(main, []byte("[DEFAULT]\ntransport_url = rabbit://u:p@"+closedPort(t)+"/\ncontrol_exchange = nova\nhost = host-ping\n"), 0o644)
+		os.Mkdir(filepath.Join(dir, "nova.conf.d"), 0o755)
+		os.WriteFile(filepath.Join(dir, "nova.conf.d", "50-messaging.conf"), []byte(fmt.Sprintf("[DEFAULT]\ntransport_url = %s\nrpc_ping_enabled = true\n", strings.ReplaceAll(b.URL(), "$", "$$"))), 0o644)
+		argv := []string{"nova-conductor", "--config-file", main, "--config-dir", filepath.Join(dir, "nova.conf.d")}
+		r := newRPC(t, RPCConfig{Sources: OsloSources(argv), Topic: "conductor"})
+		detail := mustPass(t, r, 10*time.Second)
+		if !strings.HasPrefix(detail, "pong from conductor.host-ping in ") {
+			t.Errorf("detail = %q", detail)
+		}
+	})
 	t.Run("namespace and version (nova's BaseAPI ping)", func(t *testing.T) {
 		r := newRPC(t, RPCConfig{TransportURL: b.URL(), Topic: "conductor", Server: "host-noping", Exchange: "nova",
 			Method: "ping", Namespace: "baseapi", Version: "1.1"})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -130,6 +131,13 @@ type RPCCheck struct {
 	// ConfigFile is the service's own config (transport_url,
 	// control_exchange, rpc_ping_enabled are read from it).
 	ConfigFile string `json:"configFile,omitempty"`
+	// ConfigFiles and ConfigDirs are more of it, read after ConfigFile as
+	// oslo.config reads --config-file and then --config-dir (each
+	// directory's *.conf in name order; a later value wins). With none of
+	// these and no transportURL, the service's own --config-file and
+	// --config-dir arguments are read, in their order (run mode).
+	ConfigFiles []string `json:"configFiles,omitempty"`
+	ConfigDirs  []string `json:"configDirs,omitempty"`
 	// TransportURL instead of the config file's.
 	TransportURL string `json:"transportURL,omitempty"`
 	// Topic is the service's RPC topic (conductor, scheduler, ...).
@@ -325,8 +333,15 @@ func validateCheck(e *problems, f string, ch *Check, seen map[string]int, i int)
 		}
 	}
 	if r := ch.RPC; r != nil {
-		if r.ConfigFile == "" && r.TransportURL == "" {
-			e.add("%s.rpc: give configFile (the service's own config, for transport_url) or transportURL", f)
+		for i, p := range r.ConfigFiles {
+			if !path.IsAbs(p) {
+				e.add("%s.rpc.configFiles[%d]: %q is not an absolute path", f, i, p)
+			}
+		}
+		for i, p := range r.ConfigDirs {
+			if !path.IsAbs(p) {
+				e.add("%s.rpc.configDirs[%d]: %q is not an absolute path", f, i, p)
+			}
 		}
 		if r.Topic == "" {
 			e.add("%s.rpc.topic: empty", f)

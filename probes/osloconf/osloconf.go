@@ -34,10 +34,12 @@ type section struct {
 	keys    []string // in the order first assigned
 }
 
-// option is the last assignment of a key; line is the line of its key.
+// option is the last assignment of a key; line is the line of its key,
+// file the name of the file it is in when that is not File.Name (Merge).
 type option struct {
 	value string
 	line  int
+	file  string
 }
 
 // ParseError is a line that oslo.config refuses (or a file it cannot read
@@ -170,6 +172,50 @@ func (s *section) set(key, value string, line int) {
 		s.keys = append(s.keys, key)
 	}
 	s.options[key] = option{value: value, line: line}
+}
+
+// Merge is what oslo.config reads from several files, in the order given
+// (its --config-file list, then each --config-dir's *.conf sorted by name):
+// an option the later files set again takes their value, and substitution
+// sees the merged options. Where names the file each option comes from.
+func Merge(files ...*File) *File {
+	var names []string
+	m := &File{sections: map[string]*section{}}
+	for _, f := range files {
+		if f == nil {
+			continue
+		}
+		names = append(names, f.Name)
+		for _, n := range f.order {
+			dst := m.section(n)
+			src := f.sections[n]
+			for _, k := range src.keys {
+				o := src.options[k]
+				if o.file == "" {
+					o.file = f.Name
+				}
+				if _, ok := dst.options[k]; !ok {
+					dst.keys = append(dst.keys, k)
+				}
+				dst.options[k] = o
+			}
+		}
+	}
+	m.Name = strings.Join(names, ", ")
+	return m
+}
+
+// Where returns the file and line that set key in section: for a merged
+// File the file among those merged, else the File's own Name.
+func (f *File) Where(section, key string) (file string, line int, ok bool) {
+	o, ok := f.lookup(normalizeSection(section), key)
+	if !ok {
+		return "", 0, false
+	}
+	if o.file == "" {
+		return f.Name, o.line, true
+	}
+	return o.file, o.line, true
 }
 
 // unquote removes one pair of matching quotes around a value, as

@@ -266,3 +266,36 @@ func TestSubstitutedBlowUp(t *testing.T) {
 		t.Errorf("a is %d bytes", len(got))
 	}
 }
+
+// Merge is oslo.config's reading of several files: a later file's value
+// wins, Where names the file that set an option, and substitution sees
+// every file's options.
+func TestMerge(t *testing.T) {
+	a, err := Parse("nova.conf", []byte("[DEFAULT]\nmy_ip = 10.0.0.1\ntransport_url = rabbit://a\n[database]\nconnection = x\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Parse("nova.conf.d/50-rabbit.conf", []byte("[DEFAULT]\ntransport_url = rabbit://u@$my_ip:5672/\n[Oslo_Messaging_Rabbit]\nssl = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := Merge(a, nil, b)
+	if v, _, _ := m.Substituted("DEFAULT", "transport_url"); v != "rabbit://u@10.0.0.1:5672/" {
+		t.Errorf("transport_url %q: want the later file's, substituted with the earlier file's my_ip", v)
+	}
+	if f, line, ok := m.Where("DEFAULT", "transport_url"); !ok || f != "nova.conf.d/50-rabbit.conf" || line != 2 {
+		t.Errorf("Where transport_url: %s:%d %v", f, line, ok)
+	}
+	if f, line, ok := m.Where("database", "connection"); !ok || f != "nova.conf" || line != 5 {
+		t.Errorf("Where connection: %s:%d %v", f, line, ok)
+	}
+	if v, _, ok := m.Get("oslo_messaging_rabbit", "ssl"); !ok || v != "true" {
+		t.Errorf("a section only the later file has: %q %v", v, ok)
+	}
+	if m.Name != "nova.conf, nova.conf.d/50-rabbit.conf" {
+		t.Errorf("Name %q", m.Name)
+	}
+	if f, _, _ := a.Where("DEFAULT", "my_ip"); f != "nova.conf" {
+		t.Errorf("Where of a parsed file: %q", f)
+	}
+}
