@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -419,5 +420,35 @@ func TestExecProbeAsImageUser(t *testing.T) {
 		if term.ExitCode != 1 || !strings.Contains(term.Message, want) {
 			t.Errorf("read-only root: exit %d, termination message %q; want exit 1 naming %q", term.ExitCode, term.Message, want)
 		}
+	}
+}
+
+// TestSecondNodeRefused: one node per machine. Another Env asking for a
+// node while this one runs is refused, names the running one, and its
+// failed start leaves that node's pods alone (it once killed every pod's
+// cgroup on its way out).
+func TestSecondNodeRefused(t *testing.T) {
+	testenv.NeedNode(t, env)
+	ns := env.Namespace(t)
+	createPod(t, onePod(ns, "idle", idle("main")))
+	p := waitPod(t, ns, "idle", "Running", time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	pids := podProcesses(t, *p, "kolla-agent")
+	second, err := testenv.StartWith(t.TempDir(), testenv.Options{Node: true})
+	if err == nil {
+		second.Stop()
+		t.Fatal("a second node started beside the first")
+	}
+	if !strings.Contains(err.Error(), "a node already runs on this machine, started in "+env.Dir) {
+		t.Errorf("the refusal: %v", err)
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); err != nil {
+			t.Errorf("the running node's pod process %d is gone after the refused start: %v", pid, err)
+		}
+	}
+	time.Sleep(2 * time.Second) // the kubelet's next look
+	p = waitPod(t, ns, "idle", "Running", time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	if n := p.Status.ContainerStatuses[0].RestartCount; n != 0 {
+		t.Errorf("the pod's container restarted %d times", n)
 	}
 }

@@ -653,9 +653,13 @@ func (e *Env) stopNode() error {
 		}
 	}
 	stop(KubeletName)
-	for _, cg := range topCgroups() {
-		if filepath.Base(cg) == "kubepods" || strings.HasPrefix(filepath.Base(cg), "kubepods.") {
-			killCgroup(cg)
+	// The pods' cgroups are the node's: an Env that was refused the node
+	// (another runs) must not kill that one's pods.
+	if b, err := os.ReadFile(nodeLock); err == nil && strings.TrimSpace(string(b)) == e.Dir {
+		for _, cg := range topCgroups() {
+			if filepath.Base(cg) == "kubepods" || strings.HasPrefix(filepath.Base(cg), "kubepods.") {
+				killCgroup(cg)
+			}
 		}
 	}
 	stop(KubeProxy)
