@@ -352,7 +352,13 @@ func TestExamplesKeystoneSlice(t *testing.T) {
 	if err := env.Client().CoreV1().Pods(ns).Delete(ctx, b.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	// Readiness fails first: the agent's /readyz says stopping while the
+	// pod still runs (apache is being stopped, the logs drained).
+	var sawStopping bool
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		if !sawStopping && strings.Contains(get(fmt.Sprintf("http://%s:8095/readyz?verbose", b.Status.PodIP)), "stopping") {
+			sawStopping = true
+		}
 		_, err := env.Client().CoreV1().Pods(ns).Get(ctx, b.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
@@ -360,6 +366,9 @@ func TestExamplesKeystoneSlice(t *testing.T) {
 		t.Fatalf("pod %s not gone 60 s after its deletion", b.Name)
 	}
 	gone := time.Since(deleted)
+	if !sawStopping {
+		t.Errorf("the deleted pod's /readyz never said stopping before the pod went")
+	}
 	if !receivedBy(b.Name, marker) {
 		t.Errorf("the last request's line (%s) was not shipped before the pod went; the receiver has:\n%s", marker, lastLines(receivedLines(t, filepath.Join(received, b.Name+".jsonl")), 20))
 	}
