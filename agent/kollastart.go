@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/agent/render"
+	"github.com/kolla-agent/kolla-agent/agent/supervise"
 )
 
 // What kolla's start.sh does between kolla_set_configs and the exec of the
@@ -44,8 +46,9 @@ type kollaHook struct {
 // certificates, and source the image's kolla_extend_start (unless
 // KOLLA_SKIP_EXTEND_START is set) in bash with errexit and pipefail, CMD
 // and ARGS set, in the service's environment env. The hook runs as the
-// agent's user, the container's, as kolla's does.
-func (a *Agent) kollaStart(ctx context.Context, kc *render.KollaConfig, env []string) (kollaHook, error) {
+// service's user (run.user, cred; nil: the agent's, the container's), as
+// kolla's start.sh runs it as the image's user.
+func (a *Agent) kollaStart(ctx context.Context, kc *render.KollaConfig, env []string, cred *supervise.Identity) (kollaHook, error) {
 	if err := os.WriteFile(a.path(kollaRunCommand), []byte(kc.Command), 0o644); err != nil {
 		// kolla writes it as root through sudo; a non-root agent cannot,
 		// and the agent itself never reads it.
@@ -59,21 +62,23 @@ func (a *Agent) kollaStart(ctx context.Context, kc *render.KollaConfig, env []st
 	if _, skip := a.opts.LookupEnv("KOLLA_SKIP_EXTEND_START"); skip {
 		return kollaHook{}, nil
 	}
-	hook, err := lookPathEnv(kollaExtendStart, env)
+	hook, err := supervise.LookPath(kollaExtendStart, env)
 	if err != nil {
 		return kollaHook{}, nil // an image without a hook
 	}
-	bash, err := exec.LookPath("bash")
+	bash, err := supervise.LookPath("bash", env)
 	if err != nil {
 		return kollaHook{}, fmt.Errorf("kolla: %s needs bash, which the image does not have: %w", hook, err)
 	}
 	a.log.Info("kolla: running the image's start hook", "hook", hook)
-	return runKollaHook(ctx, bash, hook, kc.Command, env)
+	return runKollaHook(ctx, bash, hook, kc.Command, env, cred)
 }
 
 // runKollaHook sources hook as start.sh does and reads back, on file
-// descriptor 3, ARGS and the exported environment once it returns.
-func runKollaHook(ctx context.Context, bash, hook, command string, env []string) (kollaHook, error) {
+// descriptor 3, ARGS and the exported environment once it returns. The
+// hook has a process group of its own: a stop signals all of it, and what
+// it left running in the background is not waited for.
+func runKollaHook(ctx context.Context, bash, hook, command string, env []string, cred *supervise.Identity) (kollaHook, error) {
 	const script = `set -o errexit
 set -o pipefail
 CMD=$1
@@ -91,15 +96,32 @@ shift
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{w}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if cred != nil {
+		cmd.SysProcAttr.Credential = &cred.Credential
+	}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = 30 * time.Second
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		return kollaHook{}, fmt.Errorf("kolla: %s: %w", hook, err)
 	}
 	w.Close()
-	out, _ := io.ReadAll(r)
+	read := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(r)
+		read <- b
+	}()
 	werr := cmd.Wait()
+	// bash has written all it will; a process the hook left in the
+	// background holds the pipe open, so stop reading soon after.
+	var out []byte
+	select {
+	case out = <-read:
+	case <-time.After(time.Second):
+		r.Close()
+		out = <-read
+	}
 	h := kollaHook{ran: true}
 	fields := bytes.Split(out, []byte{0})
 	if len(fields) < 2 || string(fields[0]) != hookDone {
@@ -144,8 +166,13 @@ shift
 // (update-ca-certificates) and RHEL (update-ca-trust).
 func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
 	ents, err := os.ReadDir(a.path(kollaCACertDir))
-	if err != nil || !slices.ContainsFunc(ents, func(e os.DirEntry) bool { return !e.IsDir() }) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil // no custom CA: nothing to do
+	case err != nil:
+		return fmt.Errorf("kolla: the CA certificates: %w", err)
+	case !slices.ContainsFunc(ents, func(e os.DirEntry) bool { return !e.IsDir() }):
+		return nil
 	}
 	run := func(argv ...string) error {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
@@ -156,7 +183,7 @@ func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
 		}
 		return nil
 	}
-	if tool, err := lookPathEnv(kollaCopyCACerts, env); err == nil {
+	if tool, err := supervise.LookPath(kollaCopyCACerts, env); err == nil {
 		if os.Geteuid() == 0 {
 			return run(tool)
 		}
@@ -193,25 +220,4 @@ func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
-}
-
-// lookPathEnv finds name on the PATH of env (the service's), not the
-// agent's own.
-func lookPathEnv(name string, env []string) (string, error) {
-	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			continue
-		}
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: not found in PATH", name)
 }

@@ -246,10 +246,19 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		return 0, configErr("run.user/run.group: %v", err)
 	}
 	env := a.childEnv(cred)
+	command, oneShot, err := a.command(p, rc.kc, args)
+	if err != nil {
+		return 0, err
+	}
 	var hook kollaHook
-	if rc.kc != nil {
+	switch {
+	case rc.kc != nil && oneShot:
+		// run.bootstrap or run.upgrade, which agent.yaml asks for, takes
+		// the place of what the image's hook does on KOLLA_BOOTSTRAP.
+		a.log.Info("kolla: the image's start hook is not run: agent.yaml's one-shot command is")
+	case rc.kc != nil:
 		a.gate("starting", "running kolla's start hooks")
-		if hook, err = a.kollaStart(ctx, rc.kc, env); err != nil {
+		if hook, err = a.kollaStart(ctx, rc.kc, env, cred); err != nil {
 			a.reportFailure(p, nil, "KollaStartFailed", err)
 			return 0, err
 		}
@@ -262,10 +271,6 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		if hook.ran {
 			env = hook.env
 		}
-	}
-	command, oneShot, err := a.command(p, rc.kc, args)
-	if err != nil {
-		return 0, err
 	}
 	if len(hook.args) > 0 {
 		if len(args) == 0 && run.Command == "" && !oneShot {

@@ -48,10 +48,10 @@ func TestSettledWaitsForTheWorkers(t *testing.T) {
 	killed := make(chan time.Time, 1)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
+		killed <- time.Now() // before the first kill: the wait may end at once
 		for w := range workers {
 			syscall.Kill(w, syscall.SIGKILL)
 		}
-		killed <- time.Now()
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

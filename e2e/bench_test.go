@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -256,4 +257,138 @@ func BenchmarkRealPodDeletion(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(median(agent)*1000, "agent-ms/median")
 	b.ReportMetric(median(pause)*1000, "pause-ms/median")
+}
+
+// BenchmarkRealPodConfigMapReload: a ConfigMap edit to the service running
+// on it, with the node's kubelet (syncFrequency 10 s): uWSGI in a
+// kolla-style image, `kolla-agent run` as PID 1 rendering the app's config
+// from the ConfigMap volume and reloading uWSGI by SIGHUP, verified once
+// its workers were replaced. The baseline is the kubelet's own part: the
+// edit to the `..data` swap in the pod's volume (seen from the host).
+func BenchmarkRealPodConfigMapReload(b *testing.B) {
+	testenv.NeedNode(b, env)
+	uwsgiImage(b)
+	ns := env.Namespace(b)
+	ctx := context.Background()
+	c := env.Client()
+	agentYAML := `render:
+  - src: /etc/app-src/app.yaml
+    dest: /shared/app.yaml
+reload:
+  watch: [/etc/app-src]
+  quiet: 100ms
+  action: signal
+  signal: SIGHUP
+  verifyTimeout: 30s
+  stateDir: /var/lib/kolla-agent/reload
+probes:
+  address: ":8095"
+  socket: "off"
+  checks:
+    - name: app
+      http: {url: "http://127.0.0.1:8080/", expectStatus: [200]}
+      probes: [readiness]
+      period: 1s
+`
+	for name, data := range map[string]map[string]string{
+		"agent":    {"agent.yaml": agentYAML},
+		"app-src":  {"app.yaml": "v0"},
+		"app-code": {"app.py": uwsgiApp},
+	} {
+		if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: data}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cmVol := func(name string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}}
+	}
+	empty := func(name string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	}
+	ct := corev1.Container{
+		Name: "app", Image: uwsgiRef, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"/usr/local/bin/kolla-agent", "run", "--", "/usr/bin/uwsgi-core", "--plugin", "python3", "--http-socket", ":8080",
+			"--wsgi-file", "/app/app.py", "--master", "--lazy-apps", "--processes", "1", "--die-on-term"},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromInt(8095)}}, PeriodSeconds: 1},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: "agent", MountPath: "/etc/kolla-agent"}, {Name: "app-src", MountPath: "/etc/app-src"}, {Name: "app-code", MountPath: "/app"},
+			{Name: "shared", MountPath: "/shared"}, {Name: "state", MountPath: "/var/lib/kolla-agent"},
+		},
+	}
+	pod := onePod(ns, "app", ct)
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsUser: ptr.To(int64(65534)), RunAsGroup: ptr.To(int64(65534)), FSGroup: ptr.To(int64(65534))}
+	pod.Spec.Volumes = []corev1.Volume{cmVol("agent"), cmVol("app-src"), cmVol("app-code"), empty("shared"), empty("state")}
+	createPod(b, pod)
+	p := waitPod(b, ns, "app", "Ready", 2*time.Minute, podReady)
+	data := filepath.Join(env.KubeletRootDir(), "pods", string(p.UID), "volumes/kubernetes.io~configmap/app-src/..data")
+	if _, err := os.Readlink(data); err != nil {
+		b.Fatalf("the pod's ConfigMap volume: %v", err)
+	}
+	samples := 5
+	if s := os.Getenv("BENCH_SAMPLES"); s != "" {
+		fmt.Sscan(s, &samples)
+	}
+	var agent, kubelet []float64
+	for range b.N {
+		for i := range samples {
+			want := fmt.Sprintf("v%d", i+1)
+			target, _ := os.Readlink(data)
+			applied, _ := appliedPasses(b, ns)
+			cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "app-src", metav1.GetOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cm.Data["app.yaml"] = want
+			edited := time.Now()
+			if _, err := c.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			var swapped time.Time
+			err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+				if t, _ := os.Readlink(data); swapped.IsZero() && t != target {
+					swapped = time.Now()
+				}
+				return !swapped.IsZero(), nil
+			})
+			if err != nil {
+				b.Fatalf("the kubelet did not write the edit into %s", data)
+			}
+			var done time.Time
+			err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+				n, at := appliedPasses(b, ns)
+				done = at
+				return n > applied && get(fmt.Sprintf("http://%s:8080/", p.Status.PodIP)) == want, nil
+			})
+			if err != nil {
+				b.Fatalf("%s was not applied", want)
+			}
+			kubelet = append(kubelet, swapped.Sub(edited).Seconds())
+			agent = append(agent, done.Sub(edited).Seconds())
+			b.Logf("%s: the kubelet swapped ..data %.2fs after the edit, the agent's reload was applied %.2fs after it", want, swapped.Sub(edited).Seconds(), done.Sub(edited).Seconds())
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(median(agent)*1000, "agent-ms/median")
+	b.ReportMetric(median(kubelet)*1000, "kubelet-ms/median")
+}
+
+// appliedPasses counts the applied reload passes in the log of the pod
+// "app"'s agent and returns the time its last one says.
+func appliedPasses(b *testing.B, ns string) (int, time.Time) {
+	logs, err := env.Client().CoreV1().Pods(ns).GetLogs("app", &corev1.PodLogOptions{}).Do(context.Background()).Raw()
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	var at time.Time
+	for _, l := range strings.Split(string(logs), "\n") {
+		if !strings.Contains(l, `msg="reload pass" outcome=applied`) || strings.Contains(l, "why=start") {
+			continue
+		}
+		n++
+		if ts, ok := strings.CutPrefix(strings.Fields(l)[0], "time="); ok {
+			at, _ = time.Parse(time.RFC3339Nano, ts)
+		}
+	}
+	return n, at
 }

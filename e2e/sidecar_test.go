@@ -31,7 +31,7 @@ var uwsgiOnce struct {
 
 // uwsgiImage builds (the Debian root is cached by package list) and
 // imports the uWSGI image once per test binary.
-func uwsgiImage(t *testing.T) {
+func uwsgiImage(t testing.TB) {
 	t.Helper()
 	uwsgiOnce.Do(func() {
 		uwsgiOnce.err = func() error {

@@ -184,6 +184,9 @@ func (c *Config) validateReload(e *problems) {
 	if durs["verifyTimeout"] == nil && r.VerifyTimeout != "" && v == 0 {
 		e.add("reload.verifyTimeout: 0 (a reload must be verified within some time)")
 	}
+	if durs["verifyTimeout"] == nil && durs["settle"] == nil && r.SettleDuration() >= v {
+		e.add("reload.settle: %s is not shorter than verifyTimeout (%s), which includes it: every signal would be rolled back", r.SettleDuration(), v)
+	}
 	if r.Source != "" && !slices.Contains(reloadSources, r.Source) {
 		e.add("reload.source: %q (want %s)", r.Source, oneOf(reloadSources))
 	}

@@ -25,6 +25,7 @@ func TestParseReloadBad(t *testing.T) {
 		{"verifyTimeout not a duration", "reload: {verifyTimeout: 1 minute}\n", `reload.verifyTimeout: "1 minute" is not a duration`},
 		{"negative verifyTimeout", "reload: {verifyTimeout: -1m}\n", `reload.verifyTimeout: negative duration`},
 		{"verifyTimeout zero", "reload: {verifyTimeout: 0s}\n", "reload.verifyTimeout: 0"},
+		{"settle not within verifyTimeout", "reload: {verifyTimeout: 5s}\n", "reload.settle: 5s is not shorter than verifyTimeout (5s)"},
 
 		// watch.
 		{"relative watch dir", "reload:\n  watch: [/var/lib/kolla/config_files, config_files]\n", `reload.watch[1]: "config_files" is not an absolute path`},
@@ -221,7 +222,7 @@ func TestReloadDurations(t *testing.T) {
 		{"reload: {maxWait: 1s}\n", time.Second, time.Second, time.Minute, time.Minute},
 		{"reload: {rescan: 0s}\n", time.Second, 10 * time.Second, 0, time.Minute},
 		{"reload: {rescan: 1h30m}\n", time.Second, 10 * time.Second, 90 * time.Minute, time.Minute},
-		{"reload: {verifyTimeout: 1ms}\n", time.Second, 10 * time.Second, time.Minute, time.Millisecond},
+		{"reload: {verifyTimeout: 1ms, settle: 0s}\n", time.Second, 10 * time.Second, time.Minute, time.Millisecond},
 	} {
 		c, err := Parse("agent.yaml", []byte(tc.yaml))
 		if err != nil {

@@ -38,9 +38,9 @@ func cleanEnv(env []string) ([]string, error) {
 	return out, nil
 }
 
-// lookPath finds name in the child's PATH. exec.LookPath cannot be used: it
+// LookPath finds name in the child's PATH. exec.LookPath cannot be used: it
 // reads the agent's PATH, not the one the child is given.
-func lookPath(name string, env []string) (string, error) {
+func LookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
@@ -67,7 +67,7 @@ func lookPath(name string, env []string) (string, error) {
 // group is there before any signal is forwarded. On failure it returns the
 // code a shell would: 127 not found, 126 not executable, 1 otherwise.
 func (s *Supervisor) start() (pid, code int, err error) {
-	path, err := lookPath(s.command[0], s.env)
+	path, err := LookPath(s.command[0], s.env)
 	if err != nil {
 		return 0, 127, fmt.Errorf("supervise: start %s: %w", s.command[0], err)
 	}

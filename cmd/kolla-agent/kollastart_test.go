@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -119,6 +120,30 @@ func TestRunKollaStartHook(t *testing.T) {
 		if got := read("service"); got != "sh  APACHE_RUN_DIR= DROPPED=yes" || read("hook-cmd") != "" {
 			t.Errorf("the service saw %q, hook %q: want no hook", got, read("hook-cmd"))
 		}
+	})
+	t.Run("as run.user, a background process left behind", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("running the hook as another user needs root (CI runs as root)")
+		}
+		reset()
+		os.Chmod(dir, 0o777)
+		os.Chmod(bin, 0o755)
+		// A hook that leaves a process in the background (which holds
+		// the report's pipe) and says who it runs as.
+		writeExec("kolla_extend_start", "id -u > "+dir+"/hook-uid\n(sleep 300 >/dev/null 2>&1 &)\nARGS=\"-X\"\n")
+		t.Cleanup(func() { writeExec("kolla_extend_start", strings.ReplaceAll(keystoneHook, "@DIR@", dir)) })
+		// agent.yaml at its default path: kolla mode stays on.
+		cfg := filepath.Join(root, "etc/kolla-agent/agent.yaml")
+		os.MkdirAll(filepath.Dir(cfg), 0o755)
+		os.WriteFile(cfg, []byte("run:\n  user: keystone\n"), 0o644)
+		t.Cleanup(func() { os.Remove(cfg) })
+		// wantExit fails an agent that hangs on the pipe.
+		a := startAgent(t, env(), "--root", root, "run")
+		a.wantExit(0)
+		if got := read("hook-uid"); got != "42425" {
+			t.Errorf("the hook ran as uid %q, want run.user's 42425", got)
+		}
+		exec.Command("pkill", "-f", "^sleep 300$").Run()
 	})
 	t.Run("CA certificates", func(t *testing.T) {
 		if os.Geteuid() != 0 {

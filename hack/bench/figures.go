@@ -237,6 +237,8 @@ var figures = []figure{
 		Ours: "agent-ms/median", Base: "entrypoint-ms/median", BaseIs: "kubernetes-entrypoint's loop as its init container, same pod spec", Unit: "ms", Headline: "real pod: dependency ready -> pod Ready, median"},
 	{Area: podArea, What: "the kubelet's httpGet readiness probe of the agent's /readyz (prober_probe_duration_seconds), mean", Bench: "BenchmarkRealPodProbeLatency",
 		Ours: "readyz-ms/mean", Base: "tcp-ms/mean", BaseIs: "the kubelet's tcpSocket probe of the same port", Unit: "ms", Headline: "real pod: the kubelet's /readyz probe, mean"},
+	{Area: podArea, What: "ConfigMap edit -> uWSGI reloaded on it and verified (`kolla-agent run` as PID 1, SIGHUP, workers replaced; kubelet syncFrequency 10 s), median", Bench: "BenchmarkRealPodConfigMapReload",
+		Ours: "agent-ms/median", Base: "kubelet-ms/median", BaseIs: "the kubelet's part: the edit to the `..data` swap in the pod's volume", Unit: "ms", Headline: "real pod: ConfigMap edit -> service reloaded (10 s sync), median"},
 	{Area: podArea, What: "`kubectl delete pod` -> the pod gone (the agent as PID 1 stops its service), median", Bench: "BenchmarkRealPodDeletion",
 		Ours: "agent-ms/median", Base: "pause-ms/median", BaseIs: "a pod of the pause program, which ends at once on SIGTERM", Unit: "ms", Headline: "real pod: delete -> gone, median"},
 }

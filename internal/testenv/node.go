@@ -105,6 +105,10 @@ func nodeComponents() []string { return []string{Scheduler, Containerd, KubeletN
 
 func (e *Env) nodePath(name string) string { return filepath.Join(e.Dir, dirNode, name) }
 
+// KubeletRootDir is the node's kubelet --root-dir: its pods' volumes are
+// under pods/<uid>/volumes.
+func (e *Env) KubeletRootDir() string { return e.nodePath("kubelet") }
+
 func (e *Env) containerdSocket() string { return e.nodePath("containerd.sock") }
 
 // lockNode claims the machine's one node for this Env, refusing when

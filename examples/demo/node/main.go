@@ -16,6 +16,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -205,14 +206,24 @@ func run(repo string) error {
 	if err != nil {
 		return err
 	}
-	body := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":"admin","domain":{"name":"Default"},"password":%q}}},"scope":{"project":{"name":"admin","domain":{"name":"Default"}}}}}`, sec.Data["OS_PASSWORD"])
+	body, err := json.Marshal(map[string]any{"auth": map[string]any{
+		"identity": map[string]any{"methods": []string{"password"}, "password": map[string]any{
+			"user": map[string]any{"name": "admin", "domain": map[string]string{"name": "Default"}, "password": string(sec.Data["OS_PASSWORD"])}}},
+		"scope": map[string]any{"project": map[string]any{"name": "admin", "domain": map[string]string{"name": "Default"}}},
+	}})
+	if err != nil {
+		return err
+	}
 	url := "http://" + svc.Spec.ClusterIP + ":5000/v3/auth/tokens"
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
-	resp, err := hc.Post(url, "application/json", bytes.NewBufferString(body))
+	resp, err := hc.Post(url, "application/json", bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated || resp.Header.Get("X-Subject-Token") == "" {
+		return fmt.Errorf("POST %s: %s, no token", url, resp.Status)
+	}
 	fmt.Printf("  POST %s (the admin keystone-manage bootstrap made): %s, token %.12s...\n", url, resp.Status, resp.Header.Get("X-Subject-Token"))
 	return nil
 }
