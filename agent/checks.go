@@ -124,7 +124,11 @@ func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checke
 				s.Path = a.path(s.Path)
 				sources = append(sources, s)
 			}
-			if len(sources) == 0 {
+			switch {
+			case len(sources) > 0:
+			case m.argv == nil:
+				return nil, fmt.Errorf("%s.rpc: give configFile, configFiles, configDirs or transportURL (the agent does not start the service here, so it has no command line to read them from)", f)
+			default:
 				return nil, fmt.Errorf("%s.rpc: give configFile, configFiles, configDirs or transportURL: the service's command line has no --config-file or --config-dir to read", f)
 			}
 		}

@@ -88,7 +88,7 @@ func TestCheckSpecsBadInput(t *testing.T) {
 		{"probes:\n  checks:\n    - {name: c, connections: {ports: [3306]}}\n", "probes.checks[0].connections: there is no service process"},
 		{"probes:\n  checks:\n    - {name: h, http: {url: \"https://x/\", caFile: /nonexistent/ca.pem}}\n", "probes.checks[0].http"},
 		{"probes:\n  checks:\n    - {name: r, rpc: {configFile: /nonexistent/nova.conf, topic: conductor}}\n", "probes.checks[0].rpc"},
-		{"probes:\n  checks:\n    - {name: r, rpc: {topic: conductor}}\n", "probes.checks[0].rpc: give configFile, configFiles, configDirs or transportURL: the service's command line has no --config-file or --config-dir"},
+		{"probes:\n  checks:\n    - {name: r, rpc: {topic: conductor}}\n", "probes.checks[0].rpc: give configFile, configFiles, configDirs or transportURL (the agent does not start the service here"},
 		{"probes:\n  checks:\n    - {name: r, rpc: {topic: conductor, configDirs: [/nonexistent/nova.conf.d]}}\n", "/nonexistent/nova.conf.d"},
 	} {
 		c, err := config.Parse("agent.yaml", []byte(tc.yaml))
@@ -116,6 +116,9 @@ func TestRPCCheckFromCommandLine(t *testing.T) {
 	a := New(Options{})
 	// Without the snippet, nova.conf has no transport_url: the error names
 	// the files read.
+	if _, err := a.checkSpecs(c, checkMeans{argv: []string{"nova-conductor"}}, false); err == nil || !strings.Contains(err.Error(), "the service's command line has no --config-file or --config-dir") {
+		t.Fatalf("a command line without config: %v", err)
+	}
 	argv := []string{"nova-conductor", "--config-file=" + filepath.Join(dir, "nova.conf")}
 	if _, err := a.checkSpecs(c, checkMeans{argv: argv}, false); err == nil || !strings.Contains(err.Error(), "nova.conf: [DEFAULT] transport_url: missing") {
 		t.Fatalf("nova.conf alone: %v", err)

@@ -151,7 +151,7 @@ shift
 			continue
 		}
 		// bash's own bookkeeping, unless the container had it.
-		if (name == "_" || name == "SHLVL" || name == "OLDPWD") && !before[s] {
+		if (name == "_" || name == "SHLVL" || name == "OLDPWD" || name == "PWD") && !before[s] {
 			continue
 		}
 		h.env = append(h.env, s)

@@ -321,22 +321,35 @@ func TestReadOsloConfs(t *testing.T) {
 	}
 }
 
-// OsloSources takes any command line: each source is one of its words (or
-// the part after "="), in the order of the words.
+// OsloSources takes any command line as a reference reading does: each
+// --config-file or --config-dir takes the next word unless that starts with
+// "-", or its "=" value; empty values name nothing.
 func FuzzOsloSources(f *testing.F) {
 	f.Add("nova-conductor\x00--config-file\x00/etc/nova/nova.conf\x00--config-dir=/etc/nova/nova.conf.d")
 	f.Add("--config-dir\x00--config-file")
+	f.Add("0\x00--config-file\x00--config-dir=")
 	f.Fuzz(func(t *testing.T, s string) {
 		argv := strings.Split(s, "\x00")
-		last := -1
-		for _, src := range OsloSources(argv) {
-			i := slices.IndexFunc(argv[last+1:], func(w string) bool {
-				return w == src.Path || strings.HasSuffix(w, "="+src.Path)
-			})
-			if i < 0 {
-				t.Fatalf("%q: source %q is not a later word of the command line", argv, src.Path)
+		var want []OsloSource
+		for i := 0; i < len(argv); i++ {
+			w := argv[i]
+			dir := w == "--config-dir" || strings.HasPrefix(w, "--config-dir=")
+			if !dir && w != "--config-file" && !strings.HasPrefix(w, "--config-file=") {
+				continue
 			}
-			last += 1 + i
+			v := ""
+			if _, after, ok := strings.Cut(w, "="); ok {
+				v = after
+			} else if i+1 < len(argv) && !strings.HasPrefix(argv[i+1], "-") {
+				i++
+				v = argv[i]
+			}
+			if v != "" {
+				want = append(want, OsloSource{Path: v, Dir: dir})
+			}
+		}
+		if got := OsloSources(argv); !slices.Equal(got, want) {
+			t.Fatalf("%q: %v, want %v", argv, got, want)
 		}
 	})
 }
