@@ -25,6 +25,9 @@ func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstra
 	if err != nil {
 		return nil, configErr("%s: bootstrap.endpoints.credentials: %v", p.Source, err)
 	}
+	if _, err := cred.RegionFor(e.Region); err != nil {
+		return nil, configErr("%s: %v", p.Source, err)
+	}
 	kube, err := a.kubeClient()
 	if err != nil {
 		return nil, err

@@ -23,10 +23,13 @@ import (
 // service, which images rely on: /run_command, the custom CA certificates,
 // and the image's kolla_extend_start hook.
 const (
-	kollaRunCommand  = "/run_command"
-	kollaCACertDir   = "/var/lib/kolla/share/ca-certificates"
-	kollaExtendStart = "kolla_extend_start"
-	kollaCopyCACerts = "kolla_copy_cacerts"
+	kollaRunCommand = "/run_command"
+	kollaCACertDir  = "/var/lib/kolla/share/ca-certificates"
+	// kollaCACertFallback is where kolla_copy_cacerts looks when the image
+	// does not copy the share directory (kolla-ansible's config_files).
+	kollaCACertFallback = "/var/lib/kolla/config_files/ca-certificates"
+	kollaExtendStart    = "kolla_extend_start"
+	kollaCopyCACerts    = "kolla_copy_cacerts"
 	// hookDone starts what the wrapper writes once the hook has returned;
 	// without it, the hook exited.
 	hookDone = "kolla-agent-hook-returned"
@@ -44,7 +47,7 @@ type kollaHook struct {
 // kollaStart does, once config.json is applied, what kolla's start.sh does
 // before it execs the service: write /run_command, install the custom CA
 // certificates, and source the image's kolla_extend_start (unless
-// KOLLA_SKIP_EXTEND_START is set) in bash with errexit and pipefail, CMD
+// KOLLA_SKIP_EXTEND_START is set) in bash with start.sh's options, CMD
 // and ARGS set, in the service's environment env. The hook runs as the
 // service's user (run.user, cred; nil: the agent's, the container's), as
 // kolla's start.sh runs it as the image's user.
@@ -62,7 +65,7 @@ func (a *Agent) kollaStart(ctx context.Context, kc *render.KollaConfig, env []st
 	if _, skip := a.opts.LookupEnv("KOLLA_SKIP_EXTEND_START"); skip {
 		return kollaHook{}, nil
 	}
-	hook, err := supervise.LookPath(kollaExtendStart, env)
+	hook, err := supervise.SourcePath(kollaExtendStart, env)
 	if err != nil {
 		return kollaHook{}, nil // an image without a hook
 	}
@@ -79,12 +82,17 @@ func (a *Agent) kollaStart(ctx context.Context, kc *render.KollaConfig, env []st
 // hook has a process group of its own: a stop signals all of it, and what
 // it left running in the background is not waited for.
 func runKollaHook(ctx context.Context, bash, hook, command string, env []string, cred *supervise.Identity) (kollaHook, error) {
+	// start.sh's options: errexit, pipefail, nounset, xtrace (the trace
+	// goes to the container's log as under kolla).
 	const script = `set -o errexit
 set -o pipefail
+set -o nounset
 CMD=$1
 ARGS=""
 shift
+set -o xtrace
 . "$0"
+{ set +o xtrace; } 2>/dev/null
 { printf '%s\0%s\0' ` + hookDone + ` "$ARGS"; env -0; } >&3
 `
 	r, w, err := os.Pipe()
@@ -160,12 +168,18 @@ shift
 }
 
 // copyCACerts installs the certificates kolla mounts at
-// /var/lib/kolla/share/ca-certificates into the image's trust store: with
+// /var/lib/kolla/share/ca-certificates (else, as kolla_copy_cacerts, those
+// of /var/lib/kolla/config_files/ca-certificates) into the trust store: with
 // the image's kolla_copy_cacerts when it has one (through sudo when the
 // agent is not root, as start.sh), else as that does on Debian and Ubuntu
 // (update-ca-certificates) and RHEL (update-ca-trust).
 func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
-	ents, err := os.ReadDir(a.path(kollaCACertDir))
+	srcDir := kollaCACertDir
+	ents, err := os.ReadDir(a.path(srcDir))
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(ents) == 0) {
+		srcDir = kollaCACertFallback
+		ents, err = os.ReadDir(a.path(srcDir))
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil // no custom CA: nothing to do
@@ -179,7 +193,7 @@ func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("kolla: installing the CA certificates of %s: %s: %v: %s", kollaCACertDir, strings.Join(argv, " "), err, bytes.TrimSpace(out))
+			return fmt.Errorf("kolla: installing the CA certificates of %s: %s: %v: %s", srcDir, strings.Join(argv, " "), err, bytes.TrimSpace(out))
 		}
 		return nil
 	}
@@ -190,7 +204,7 @@ func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
 		return run("sudo", "-n", "-E", tool)
 	}
 	if os.Geteuid() != 0 {
-		return configErr("kolla: %s holds CA certificates, but the agent is not root and the image has no %s to install them with (run the agent as root with run.user, or give the image kolla's sudoers and %s)", kollaCACertDir, kollaCopyCACerts, kollaCopyCACerts)
+		return configErr("kolla: %s holds CA certificates, but the agent is not root and the image has no %s to install them with (run the agent as root with run.user, or give the image kolla's sudoers and %s)", srcDir, kollaCopyCACerts, kollaCopyCACerts)
 	}
 	var dest, update string
 	switch {
@@ -199,13 +213,13 @@ func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
 	case isDir(a.path("/etc/pki/ca-trust/source/anchors")):
 		dest, update = "/etc/pki/ca-trust/source/anchors", "update-ca-trust"
 	default:
-		return configErr("kolla: %s holds CA certificates, but the image has no trust store the agent knows (/usr/local/share/ca-certificates, /etc/pki/ca-trust/source/anchors)", kollaCACertDir)
+		return configErr("kolla: %s holds CA certificates, but the image has no trust store the agent knows (/usr/local/share/ca-certificates, /etc/pki/ca-trust/source/anchors)", srcDir)
 	}
 	for _, e := range ents {
 		if e.IsDir() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(a.path(kollaCACertDir), e.Name()))
+		b, err := os.ReadFile(filepath.Join(a.path(srcDir), e.Name()))
 		if err != nil {
 			return fmt.Errorf("kolla: %w", err)
 		}

@@ -1,172 +1,100 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"crypto/tls"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/gophercloud/gophercloud/v2"
+	"github.com/gophercloud/gophercloud/v2/openstack"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/endpoints"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/regions"
+	"github.com/gophercloud/gophercloud/v2/openstack/identity/v3/services"
 )
 
-// The Keystone catalog is kept by hand-written calls of Keystone's v3 API:
-// a password token, then services, regions and endpoints. gophercloud's
-// identity v3 does the same in 0.6 MB of binary (measured), which the
-// agent's 20 MB budget does not have; these are the six calls it needs.
+// The Keystone catalog is kept through gophercloud's identity v3: it
+// authenticates every way operators configure (password by names or IDs,
+// application credentials, token; project, domain or system scope), finds
+// the identity endpoint in the token's catalog, and pages lists.
 
-// Credentials are a Keystone user's, read from a mounted Secret whose keys
-// are the usual OS_* names (openstack-helm's keystone-admin Secret).
-type Credentials struct {
-	AuthURL, Username, Password, ProjectName, UserDomain, ProjectDomain string
-}
-
-// ReadCredentials reads OS_AUTH_URL, OS_USERNAME, OS_PASSWORD,
-// OS_PROJECT_NAME, OS_USER_DOMAIN_NAME and OS_PROJECT_DOMAIN_NAME (the
-// domains default to "Default") from the files of dir. Errors name the file.
-func ReadCredentials(dir string) (Credentials, error) {
-	read := func(key string, required bool, def string) (string, error) {
-		b, err := os.ReadFile(filepath.Join(dir, key))
-		if os.IsNotExist(err) && !required {
-			return def, nil
-		}
-		if err != nil {
-			return "", err
-		}
-		v := strings.TrimSpace(string(b))
-		if v == "" && required {
-			return "", fmt.Errorf("%s: empty", filepath.Join(dir, key))
-		}
-		return v, nil
-	}
-	var c Credentials
-	var err error
-	for _, f := range []struct {
-		key      string
-		to       *string
-		required bool
-		def      string
-	}{
-		{"OS_AUTH_URL", &c.AuthURL, true, ""},
-		{"OS_USERNAME", &c.Username, true, ""},
-		{"OS_PASSWORD", &c.Password, true, ""},
-		{"OS_PROJECT_NAME", &c.ProjectName, true, ""},
-		{"OS_USER_DOMAIN_NAME", &c.UserDomain, false, "Default"},
-		{"OS_PROJECT_DOMAIN_NAME", &c.ProjectDomain, false, "Default"},
-	} {
-		if *f.to, err = read(f.key, f.required, f.def); err != nil {
-			return Credentials{}, err
-		}
-	}
-	if u, err := url.Parse(c.AuthURL); err != nil || u.Host == "" {
-		return Credentials{}, fmt.Errorf("%s: %q is not a URL", filepath.Join(dir, "OS_AUTH_URL"), c.AuthURL)
-	}
-	return c, nil
-}
-
-// keystone is an authenticated v3 client.
-type keystone struct {
-	base  string // .../v3
-	token string
-	http  *http.Client
-}
-
-func newKeystone(ctx context.Context, c Credentials) (*keystone, error) {
-	base := strings.TrimSuffix(c.AuthURL, "/")
-	if !strings.HasSuffix(base, "/v3") {
-		base += "/v3"
-	}
-	k := &keystone{base: base, http: &http.Client{Timeout: 30 * time.Second}}
-	body := map[string]any{"auth": map[string]any{
-		"identity": map[string]any{"methods": []string{"password"}, "password": map[string]any{"user": map[string]any{
-			"name": c.Username, "password": c.Password, "domain": map[string]any{"name": c.UserDomain},
-		}}},
-		"scope": map[string]any{"project": map[string]any{"name": c.ProjectName, "domain": map[string]any{"name": c.ProjectDomain}}},
-	}}
-	resp, err := k.do(ctx, http.MethodPost, "/auth/tokens", body, nil)
+// identityClient authenticates with c and returns the identity v3 client
+// the catalog calls go through.
+func identityClient(ctx context.Context, c Credentials) (*gophercloud.ServiceClient, error) {
+	provider, err := openstack.NewClient(c.Auth.IdentityEndpoint)
 	if err != nil {
-		return nil, fmt.Errorf("keystone %s: authenticating as %s: %w", base, c.Username, err)
+		return nil, fmt.Errorf("keystone %s: %w", c.Auth.IdentityEndpoint, err)
 	}
-	if k.token = resp.Header.Get("X-Subject-Token"); k.token == "" {
-		return nil, fmt.Errorf("keystone %s: no token in the answer", base)
+	provider.HTTPClient = keystoneHTTP(c.TLS)
+	provider.UserAgent.Prepend("kolla-agent")
+	if err := openstack.Authenticate(ctx, provider, c.Auth); err != nil {
+		return nil, fmt.Errorf("keystone %s: authenticating %s (credentials from %s): %w", c.Auth.IdentityEndpoint, who(c.Auth), c.From, err)
 	}
-	return k, nil
-}
-
-// do sends one request and decodes the answer into out (when not nil).
-func (k *keystone) do(ctx context.Context, method, path string, in, out any) (*http.Response, error) {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return nil, err
-		}
-		body = bytes.NewReader(b)
+	eo := gophercloud.EndpointOpts{}
+	if c.Interface != "" {
+		eo = gophercloud.EndpointOpts{Region: c.Region, Availability: gophercloud.Availability(c.Interface)}
 	}
-	req, err := http.NewRequestWithContext(ctx, method, k.base+path, body)
+	id, err := openstack.NewIdentityV3(provider, eo)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("keystone %s: the %s identity endpoint of region %q in the token's catalog (OS_INTERFACE, OS_REGION_NAME): %w", c.Auth.IdentityEndpoint, c.Interface, c.Region, err)
 	}
-	req.Header.Set("Accept", "application/json")
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if k.token != "" {
-		req.Header.Set("X-Auth-Token", k.token)
-	}
-	resp, err := k.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode/100 != 2 {
-		return resp, &keystoneError{Method: method, Path: path, Status: resp.StatusCode, Body: strings.TrimSpace(string(b))}
-	}
-	if out != nil && len(b) > 0 {
-		if err := json.Unmarshal(b, out); err != nil {
-			return resp, fmt.Errorf("%s %s: %v", method, path, err)
-		}
-	}
-	return resp, nil
+	return id, nil
 }
 
-type keystoneError struct {
-	Method, Path string
-	Status       int
-	Body         string
-}
-
-func (e *keystoneError) Error() string {
-	return fmt.Sprintf("%s %s: HTTP %d: %s", e.Method, e.Path, e.Status, truncate(e.Body, 300))
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// keystoneHTTP is the client for Keystone: its own CA when given, and
+// redirects followed only on the same host without a downgrade to http,
+// since every request carries a password, a secret or a token and Go
+// forwards X-Auth-Token (and a 307's body) to wherever a redirect points.
+func keystoneHTTP(cfg *tls.Config) http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	if cfg != nil {
+		t.TLSClientConfig = cfg
 	}
-	return s[:n] + "..."
+	return http.Client{
+		Timeout:   30 * time.Second,
+		Transport: t,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			from := via[len(via)-1].URL
+			if req.URL.Host != from.Host || (from.Scheme == "https" && req.URL.Scheme != "https") {
+				return fmt.Errorf("keystone redirected %s to %s: not followed, the request carries credentials (set OS_AUTH_URL to where Keystone is)", from.Redacted(), req.URL.Redacted())
+			}
+			if len(via) >= 5 {
+				return errors.New("keystone: more than 5 redirects")
+			}
+			return nil
+		},
+	}
 }
 
-type ksService struct {
-	ID   string `json:"id"`
-	Type string `json:"type"`
-	Name string `json:"name"`
+func who(a gophercloud.AuthOptions) string {
+	switch {
+	case a.ApplicationCredentialID != "":
+		return "application credential " + a.ApplicationCredentialID
+	case a.ApplicationCredentialName != "":
+		return "application credential " + a.ApplicationCredentialName
+	case a.TokenID != "":
+		return "with a token"
+	case a.UserID != "":
+		return "user ID " + a.UserID
+	}
+	return "user " + a.Username
 }
 
-type ksEndpoint struct {
-	ID        string `json:"id"`
-	Interface string `json:"interface"`
-	URL       string `json:"url"`
-	RegionID  string `json:"region_id,omitempty"`
-	ServiceID string `json:"service_id"`
+// denied explains a 403 on the catalog: Keystone's defaults from Wallaby
+// to Yoga, and clouds that keep them in policy.yaml, give the catalog to
+// system-scoped admins only (role:admin and system_scope:all).
+func denied(err error, c Credentials) error {
+	if !gophercloud.ResponseCodeIs(err, http.StatusForbidden) {
+		return err
+	}
+	if s := c.Auth.Scope; s != nil && s.System {
+		return fmt.Errorf("%w (the token is system-scoped: the user lacks the admin role on the system)", err)
+	}
+	return fmt.Errorf("%w (Keystone's policy wants a system-scoped token for the catalog: give the credentials OS_SYSTEM_SCOPE=all instead of a project, with a user that has the admin role on the system)", err)
 }
 
 // Registration is what the catalog must say for one service.
@@ -192,67 +120,62 @@ func (c Change) String() string {
 // region, and one endpoint per interface with its URL, created or updated,
 // never duplicated. It returns what it changed; a second run returns
 // nothing. dryRun reads and changes nothing.
+//
+// The region is r.Region, else the credentials' OS_REGION_NAME (the two
+// must agree when both are set), else the catalog's only region; with
+// several and none configured it refuses rather than write into a region
+// it guessed.
 func Register(ctx context.Context, cred Credentials, r Registration, dryRun bool) ([]Change, error) {
-	k, err := newKeystone(ctx, cred)
+	k, err := identityClient(ctx, cred)
 	if err != nil {
 		return nil, err
 	}
 	var changes []Change
-	var svcs struct {
-		Services []ksService `json:"services"`
+	pages, err := services.List(k, services.ListOpts{ServiceType: r.Type}).AllPages(ctx)
+	if err != nil {
+		return nil, denied(err, cred)
 	}
-	if _, err := k.do(ctx, http.MethodGet, "/services?type="+url.QueryEscape(r.Type), nil, &svcs); err != nil {
+	svcs, err := services.ExtractServices(pages)
+	if err != nil {
 		return nil, err
 	}
-	var svc *ksService
-	for i, s := range svcs.Services {
+	var svc *services.Service
+	for i, s := range svcs {
 		if s.Name == r.Name {
-			svc = &svcs.Services[i]
+			svc = &svcs[i]
 		}
+	}
+	region, err := pickRegion(ctx, k, cred, r.Region)
+	if err != nil {
+		return nil, err
 	}
 	if svc == nil {
 		changes = append(changes, Change{What: "service " + r.Name + " (" + r.Type + ")", After: r.Name})
 		if dryRun {
-			svc = &ksService{}
+			svc = &services.Service{}
 		} else {
-			var created struct {
-				Service ksService `json:"service"`
-			}
-			if _, err := k.do(ctx, http.MethodPost, "/services", map[string]any{"service": map[string]any{
-				"type": r.Type, "name": r.Name, "description": r.Description, "enabled": true,
-			}}, &created); err != nil {
-				return changes, err
-			}
-			svc = &created.Service
-		}
-	}
-	if r.Region != "" {
-		var regions struct {
-			Regions []struct {
-				ID string `json:"id"`
-			} `json:"regions"`
-		}
-		if _, err := k.do(ctx, http.MethodGet, "/regions", nil, &regions); err != nil {
-			return changes, err
-		}
-		found := false
-		for _, rg := range regions.Regions {
-			found = found || rg.ID == r.Region
-		}
-		if !found {
-			changes = append(changes, Change{What: "region", After: r.Region})
-			if !dryRun {
-				if _, err := k.do(ctx, http.MethodPost, "/regions", map[string]any{"region": map[string]any{"id": r.Region}}, nil); err != nil {
-					return changes, err
-				}
+			enabled := true
+			svc, err = services.Create(ctx, k, services.CreateOpts{Type: r.Type, Name: r.Name, Description: r.Description, Enabled: &enabled}).Extract()
+			if err != nil {
+				return changes, denied(err, cred)
 			}
 		}
 	}
-	var eps struct {
-		Endpoints []ksEndpoint `json:"endpoints"`
+	if region.create {
+		changes = append(changes, Change{What: "region", After: region.id})
+		if !dryRun {
+			if _, err := regions.Create(ctx, k, regions.CreateOpts{ID: region.id}).Extract(); err != nil {
+				return changes, denied(err, cred)
+			}
+		}
 	}
+	var eps []endpoints.Endpoint
 	if svc.ID != "" {
-		if _, err := k.do(ctx, http.MethodGet, "/endpoints?service_id="+url.QueryEscape(svc.ID), nil, &eps); err != nil {
+		pages, err := endpoints.List(k, endpoints.ListOpts{ServiceID: svc.ID}).AllPages(ctx)
+		if err != nil {
+			return changes, denied(err, cred)
+		}
+		if eps, err = endpoints.ExtractEndpoints(pages); err != nil {
 			return changes, err
 		}
 	}
@@ -262,10 +185,13 @@ func Register(ctx context.Context, cred Credentials, r Registration, dryRun bool
 			continue
 		}
 		what := fmt.Sprintf("%s endpoint of %s", iface, r.Name)
-		var have *ksEndpoint
-		for i, e := range eps.Endpoints {
-			if e.Interface == iface && (r.Region == "" || e.RegionID == r.Region) {
-				have = &eps.Endpoints[i]
+		if region.id != "" {
+			what += " in " + region.id
+		}
+		var have *endpoints.Endpoint
+		for i, e := range eps {
+			if string(e.Availability) == iface && (region.id == "" || e.RegionID == region.id) {
+				have = &eps[i]
 				break // the first: a duplicate someone else made is left alone
 			}
 		}
@@ -275,22 +201,68 @@ func Register(ctx context.Context, cred Credentials, r Registration, dryRun bool
 			if dryRun {
 				continue
 			}
-			ep := map[string]any{"service_id": svc.ID, "interface": iface, "url": want, "enabled": true}
-			if r.Region != "" {
-				ep["region_id"] = r.Region
-			}
-			if _, err := k.do(ctx, http.MethodPost, "/endpoints", map[string]any{"endpoint": ep}, nil); err != nil {
-				return changes, err
+			enabled := true
+			if _, err := endpoints.Create(ctx, k, endpoints.CreateOpts{Availability: gophercloud.Availability(iface),
+				URL: want, ServiceID: svc.ID, Region: region.id, Enabled: &enabled}).Extract(); err != nil {
+				return changes, denied(err, cred)
 			}
 		case have.URL != want:
 			changes = append(changes, Change{What: what, Before: have.URL, After: want})
 			if dryRun {
 				continue
 			}
-			if _, err := k.do(ctx, http.MethodPatch, "/endpoints/"+url.PathEscape(have.ID), map[string]any{"endpoint": map[string]any{"url": want}}, nil); err != nil {
-				return changes, err
+			if _, err := endpoints.Update(ctx, k, have.ID, endpoints.UpdateOpts{URL: want}).Extract(); err != nil {
+				return changes, denied(err, cred)
 			}
 		}
 	}
 	return changes, nil
+}
+
+// RegionFor is the region to register in when agent.yaml says configured:
+// that, or the credentials' OS_REGION_NAME; both set and different is an
+// error, since one region's catalog would be written with the other's.
+func (c Credentials) RegionFor(configured string) (string, error) {
+	if configured != "" && c.Region != "" && configured != c.Region {
+		return "", fmt.Errorf("bootstrap.endpoints.region is %s but the credentials (%s) say OS_REGION_NAME=%s: make them agree", configured, c.From, c.Region)
+	}
+	if configured != "" {
+		return configured, nil
+	}
+	return c.Region, nil
+}
+
+type regionChoice struct {
+	id     string // "" for endpoints without a region
+	create bool
+}
+
+// pickRegion decides the region the endpoints go in (see Register).
+func pickRegion(ctx context.Context, k *gophercloud.ServiceClient, cred Credentials, configured string) (regionChoice, error) {
+	want, err := cred.RegionFor(configured)
+	if err != nil {
+		return regionChoice{}, err
+	}
+	pages, err := regions.List(k, nil).AllPages(ctx)
+	if err != nil {
+		return regionChoice{}, denied(err, cred)
+	}
+	all, err := regions.ExtractRegions(pages)
+	if err != nil {
+		return regionChoice{}, err
+	}
+	ids := make([]string, len(all))
+	for i, rg := range all {
+		ids[i] = rg.ID
+	}
+	slices.Sort(ids)
+	switch {
+	case want != "":
+		return regionChoice{id: want, create: !slices.Contains(ids, want)}, nil
+	case len(ids) == 1:
+		return regionChoice{id: ids[0]}, nil
+	case len(ids) > 1:
+		return regionChoice{}, fmt.Errorf("keystone's catalog has the regions %s and neither bootstrap.endpoints.region nor OS_REGION_NAME (%s) says which: not guessing", strings.Join(ids, ", "), cred.From)
+	}
+	return regionChoice{}, nil
 }

@@ -79,16 +79,20 @@ type Bootstrap struct {
 
 // Endpoints is bootstrap.endpoints.
 type Endpoints struct {
-	// Credentials is the directory of a mounted Secret with OS_AUTH_URL,
-	// OS_USERNAME, OS_PASSWORD, OS_PROJECT_NAME (and the domains).
-	Credentials string `json:"credentials"`
+	// Credentials is the directory of a mounted Secret with one file per
+	// OS_* name openstackclient reads (OS_AUTH_URL, OS_USERNAME,
+	// OS_PASSWORD, OS_SYSTEM_SCOPE or OS_PROJECT_NAME, OS_REGION_NAME,
+	// OS_CACERT, application credentials, or OS_CLOUD with a clouds.yaml);
+	// empty: the same names from the agent's environment.
+	Credentials string `json:"credentials,omitempty"`
 	// Type is the catalog's service type: image, identity, ...
 	Type string `json:"type"`
 	// Name is the service's name in the catalog: glance, keystone, ...
 	Name string `json:"name"`
 	// Description of the service in the catalog.
 	Description string `json:"description,omitempty"`
-	// Region of the endpoints (RegionOne, ...).
+	// Region of the endpoints (RegionOne, ...); default: the credentials'
+	// OS_REGION_NAME, else the catalog's only region.
 	Region string `json:"region,omitempty"`
 	// Public is where users reach the service (its Service's exposure);
 	// Internal and Admin default to the Service's cluster URL.
@@ -285,10 +289,7 @@ func (b *Bootstrap) validateEndpoints(e *problems) {
 	if ep == nil {
 		return
 	}
-	switch {
-	case ep.Credentials == "":
-		e.add("bootstrap.endpoints.credentials: empty (the directory of the Secret with OS_AUTH_URL, OS_USERNAME, ...)")
-	case !path.IsAbs(ep.Credentials):
+	if ep.Credentials != "" && !path.IsAbs(ep.Credentials) {
 		e.add("bootstrap.endpoints.credentials: %q is not an absolute path", ep.Credentials)
 	}
 	if ep.Type == "" {

@@ -185,7 +185,6 @@ func TestParseBootstrapBad(t *testing.T) {
 		{"unknown phase field", create("  phases: [{name: expand, after: true}]\n"), `unknown field "after"`},
 		{"retries not a number", create("  retries: two\n"), "field bootstrap.retries (want int)"},
 		// validateEndpoints.
-		{"endpoints without credentials", ep("  type: image\n  name: glance\n  public: {service: glance-api}\n"), "bootstrap.endpoints.credentials: empty"},
 		{"endpoints relative credentials", ep("  credentials: secret\n  type: image\n  name: glance\n  public: {service: glance-api}\n"), `bootstrap.endpoints.credentials: "secret" is not an absolute path`},
 		{"endpoints without type", ep("  credentials: /s\n  name: glance\n  public: {service: glance-api}\n"), "bootstrap.endpoints.type: empty"},
 		{"endpoints without name", ep("  credentials: /s\n  type: image\n  public: {service: glance-api}\n"), "bootstrap.endpoints.name: empty"},

@@ -41,6 +41,18 @@ func cleanEnv(env []string) ([]string, error) {
 // LookPath finds name in the child's PATH. exec.LookPath cannot be used: it
 // reads the agent's PATH, not the one the child is given.
 func LookPath(name string, env []string) (string, error) {
+	return findInPath(name, env, 0o111)
+}
+
+// SourcePath finds name in the child's PATH as bash's "." does: any regular
+// file, executable or not (kolla installs kolla_extend_start 0644).
+func SourcePath(name string, env []string) (string, error) {
+	return findInPath(name, env, 0)
+}
+
+// findInPath returns the first regular file name in env's PATH whose mode
+// has one of the bits of mode (0: any).
+func findInPath(name string, env []string, mode os.FileMode) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}
@@ -55,7 +67,7 @@ func LookPath(name string, env []string) (string, error) {
 			continue // a relative PATH entry would depend on the working directory
 		}
 		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && (mode == 0 || fi.Mode()&mode != 0) {
 			return p, nil
 		}
 	}

@@ -141,7 +141,7 @@ bootstrap:
 
 	dry := startAgent(t, env, "--config", cfg, "endpoints", "--dry-run")
 	dry.wantExit(0)
-	if out := dry.out.String(); !strings.Contains(out, "would create public endpoint of "+name+": http://203.0.113.30:9292") {
+	if out := dry.out.String(); !strings.Contains(out, "would create public endpoint of "+name+" in RegionOne: http://203.0.113.30:9292") {
 		t.Errorf("dry run:\n%s", out)
 	}
 	if got := catalog(t, ks.URL, name); len(got) != 0 {
@@ -159,7 +159,7 @@ bootstrap:
 	setLB("203.0.113.31")
 	moved := startAgent(t, env, "--config", cfg, "endpoints")
 	moved.wantExit(0)
-	if out := moved.out.String(); !strings.Contains(out, "update public endpoint of "+name+": http://203.0.113.30:9292 -> http://203.0.113.31:9292") {
+	if out := moved.out.String(); !strings.Contains(out, "update public endpoint of "+name+" in RegionOne: http://203.0.113.30:9292 -> http://203.0.113.31:9292") {
 		t.Errorf("the moved LoadBalancer:\n%s", out)
 	}
 	got = catalog(t, ks.URL, name)
@@ -206,7 +206,7 @@ bootstrap:
 	os.WriteFile(filepath.Join(creds, "OS_PASSWORD"), []byte("wrong"), 0o600)
 	bad := startAgent(t, env, "--config", cfg, "endpoints")
 	bad.wantExit(2)
-	if out := bad.out.String(); !strings.Contains(out, "authenticating as admin") || !strings.Contains(out, "HTTP 401") {
+	if out := bad.out.String(); !strings.Contains(out, "authenticating user admin") || !strings.Contains(out, "401") {
 		t.Errorf("a wrong password:\n%s", out)
 	}
 	os.Remove(filepath.Join(creds, "OS_PASSWORD"))

@@ -57,7 +57,14 @@ func TestRunKollaStartHook(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeExec("kolla_extend_start", strings.ReplaceAll(keystoneHook, "@DIR@", dir))
+	// kolla installs the hook 0644: bash's "." needs no execute bit.
+	writeHook := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(bin, "kolla_extend_start"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeHook(strings.ReplaceAll(keystoneHook, "@DIR@", dir))
 	out := filepath.Join(dir, "service")
 	command := `sh -c 'echo "$0 $1 APACHE_RUN_DIR=$APACHE_RUN_DIR DROPPED=$DROPPED" > ` + out + `'`
 	root := kollaRoot(t, `{"command": "`+strings.ReplaceAll(command, `"`, `\"`)+`"}`, nil)
@@ -114,6 +121,18 @@ func TestRunKollaStartHook(t *testing.T) {
 			t.Errorf("db_sync %q, service %q: want errexit after expand", read("db_sync"), read("service"))
 		}
 	})
+	t.Run("nounset", func(t *testing.T) {
+		// start.sh's nounset: a hook that reads an unset variable ends
+		// the container, as under kolla_start; the trace shows where.
+		reset()
+		writeHook("echo \"${NOT_SET_ANYWHERE}\" > " + dir + "/service\n")
+		t.Cleanup(func() { writeHook(strings.ReplaceAll(keystoneHook, "@DIR@", dir)) })
+		a := startAgent(t, env(), "--root", root, "run")
+		a.wantExit(1)
+		if out := a.out.String(); read("service") != "" || !strings.Contains(out, "NOT_SET_ANYWHERE: unbound variable") || !strings.Contains(out, "+ . ") {
+			t.Errorf("service %q, output:\n%s", read("service"), out)
+		}
+	})
 	t.Run("KOLLA_SKIP_EXTEND_START", func(t *testing.T) {
 		reset()
 		startAgent(t, env("KOLLA_SKIP_EXTEND_START="), "--root", root, "run").wantExit(0)
@@ -130,8 +149,8 @@ func TestRunKollaStartHook(t *testing.T) {
 		os.Chmod(bin, 0o755)
 		// A hook that leaves a process in the background (which holds
 		// the report's pipe) and says who it runs as.
-		writeExec("kolla_extend_start", "id -u > "+dir+"/hook-uid\n(sleep 300 >/dev/null 2>&1 &)\nARGS=\"-X\"\n")
-		t.Cleanup(func() { writeExec("kolla_extend_start", strings.ReplaceAll(keystoneHook, "@DIR@", dir)) })
+		writeHook("id -u > " + dir + "/hook-uid\n(sleep 300 >/dev/null 2>&1 &)\nARGS=\"-X\"\n")
+		t.Cleanup(func() { writeHook(strings.ReplaceAll(keystoneHook, "@DIR@", dir)) })
 		// agent.yaml at its default path: kolla mode stays on.
 		cfg := filepath.Join(root, "etc/kolla-agent/agent.yaml")
 		os.MkdirAll(filepath.Dir(cfg), 0o755)
@@ -180,5 +199,18 @@ func TestRunKollaStartHook(t *testing.T) {
 			t.Errorf("the failure does not say what failed:\n%s", a.out.String())
 		}
 		os.Remove(filepath.Join(bin, "kolla_copy_cacerts"))
+		// kolla_copy_cacerts' other source, config_files/ca-certificates,
+		// when the share directory is not there.
+		reset()
+		os.RemoveAll(caDir)
+		os.Remove(filepath.Join(store, "kolla-customca-root.crt"))
+		fallback := filepath.Join(root, "var/lib/kolla/config_files/ca-certificates")
+		os.MkdirAll(fallback, 0o755)
+		os.WriteFile(filepath.Join(fallback, "other.pem"), []byte("-----BEGIN CERTIFICATE-----\n"), 0o644)
+		t.Cleanup(func() { os.RemoveAll(fallback) })
+		startAgent(t, env(), "--root", root, "run").wantExit(0)
+		if _, err := os.Stat(filepath.Join(store, "kolla-customca-other.crt")); err != nil || read("ca") != "update" {
+			t.Errorf("the config_files certificate: %v, update %q", err, read("ca"))
+		}
 	})
 }

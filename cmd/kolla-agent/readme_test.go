@@ -52,7 +52,7 @@ func TestMakeDemo(t *testing.T) {
 func TestDemoKeystone(t *testing.T) {
 	out := runDemo(t, "examples/demo/keystone.sh")
 	for _, want := range []string{
-		"create public endpoint of keystone: http://keystone.demo.test:18500/v3",
+		"create public endpoint of keystone in RegionOne: http://keystone.demo.test:18500/v3",
 		"the catalog is up to date",
 		`"href": "http://keystone.demo.test:18500/v3/"`, // the reloaded public_endpoint
 		"[-]stopping fail",

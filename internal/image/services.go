@@ -123,7 +123,7 @@ func ServiceImage(repo string, s Service, agent Image, root string) (Image, erro
 		if err != nil {
 			return Image{}, fmt.Errorf("image %s: %w", s.Name, err)
 		}
-		base.Layers = append(base.Layers, Layer{Files: []File{{Path: "/usr/local/bin/kolla_extend_start", Mode: 0o755, Data: b}}})
+		base.Layers = append(base.Layers, Layer{Files: []File{{Path: "/usr/local/bin/kolla_extend_start", Mode: 0o644, Data: b}}})
 	}
 	src := Sources{Root: repo, Images: map[string]Image{"kolla-agent": agent, "debian-root": base}}
 	return Build(filepath.Join(repo, "images/kolla/Dockerfile"), s.Ref(), map[string]string{"AGENT": "kolla-agent", "BASE": "debian-root"}, src)

@@ -3,6 +3,8 @@ package keystone
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -23,6 +25,8 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/kolla-agent/kolla-agent/internal/certs"
 )
 
 // The Debian binaries and files this package runs, by absolute path.
@@ -52,7 +56,14 @@ type Instance struct {
 	LogFile    string // keystone's own log (keystone-manage and the WSGI app)
 	// Processes is the number of uWSGI workers Command asks for (default 2).
 	Processes int
+	// TLS, when set, makes uWSGI serve HTTPS (its --https router) with
+	// this certificate, signed by the CA in CA; Server.URL is then https.
+	TLS *TLSFiles
 }
+
+// TLSFiles are PEM files: the server's certificate and key, and the CA that
+// signed it (what a client must trust).
+type TLSFiles struct{ CA, Cert, Key string }
 
 // required lists what must be installed, with the Debian package providing it.
 var required = [][2]string{
@@ -264,7 +275,7 @@ func (i *Instance) Command(port int) []string {
 		UWSGI,
 		"--plugins-dir", PluginsDir,
 		"--plugins", "http,python3",
-		"--http", "127.0.0.1:" + strconv.Itoa(port),
+		i.listen(port)[0], i.listen(port)[1],
 		"--wsgi-file", WSGIPublic,
 		"--master",
 		"--processes", strconv.Itoa(i.processes()),
@@ -279,6 +290,15 @@ func (i *Instance) Command(port int) []string {
 		"--need-app",
 		"--pyargv", "--config-dir " + i.ConfigDir,
 	}
+}
+
+// listen is uWSGI's router option: --http ADDR, or --https ADDR,CERT,KEY.
+func (i *Instance) listen(port int) [2]string {
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	if i.TLS != nil {
+		return [2]string{"--https", addr + "," + i.TLS.Cert + "," + i.TLS.Key}
+	}
+	return [2]string{"--http", addr}
 }
 
 func (i *Instance) processes() int {
@@ -304,8 +324,14 @@ func FreePort() (int, error) {
 // the body. It gives up when ctx ends or, if exited is not nil, when it is
 // closed (the server died), with an error saying what it saw last.
 func WaitV3(ctx context.Context, port int, exited <-chan struct{}) ([]byte, error) {
-	url := "http://127.0.0.1:" + strconv.Itoa(port) + "/v3"
-	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	return waitV3(ctx, "http://127.0.0.1:"+strconv.Itoa(port), nil, exited)
+}
+
+// waitV3 is WaitV3 for base (http or https, trusting roots).
+func waitV3(ctx context.Context, base string, roots *x509.CertPool, exited <-chan struct{}) ([]byte, error) {
+	url := base + "/v3"
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true,
+		TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	last := errors.New("no answer yet")
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -352,7 +378,8 @@ type Server struct {
 	Pid  int    // the uWSGI master; also the process group ID
 	Log  string // uWSGI's stdout and stderr (its own log and the app's warnings)
 
-	processes int // workers asked for
+	processes int            // workers asked for
+	roots     *x509.CertPool // the CA of an https server
 	done      chan struct{}
 	state     *os.ProcessState // valid once done is closed
 	err       error            // cmd.Wait's error, valid once done is closed
@@ -373,10 +400,20 @@ func (i *Instance) Start(t testing.TB, port int) *Server {
 			t.Fatal(err)
 		}
 	}
+	scheme := "http://"
+	var roots *x509.CertPool
+	if i.TLS != nil {
+		scheme = "https://"
+		var err error
+		if roots, err = certs.Pool(i.TLS.CA); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s := &Server{
-		Port: port,
-		URL:  "http://127.0.0.1:" + strconv.Itoa(port),
-		Log:  filepath.Join(i.Dir, "uwsgi-"+strconv.Itoa(port)+".log"),
+		Port:  port,
+		URL:   scheme + "127.0.0.1:" + strconv.Itoa(port),
+		roots: roots,
+		Log:   filepath.Join(i.Dir, "uwsgi-"+strconv.Itoa(port)+".log"),
 
 		processes: i.processes(),
 		done:      make(chan struct{}),
@@ -438,7 +475,7 @@ func (i *Instance) Start(t testing.TB, port int) *Server {
 func (s *Server) WaitReady(d time.Duration) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	body, err := WaitV3(ctx, s.Port, s.done)
+	body, err := waitV3(ctx, s.URL, s.roots, s.done)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/internal/keystone"
+)
+
+// keystoneToken asks Keystone for a token with scope (the JSON of auth.scope)
+// as the bootstrap admin, and returns it with the user's ID.
+func keystoneToken(t *testing.T, hc *http.Client, base, scope string) (token, userID string) {
+	t.Helper()
+	auth := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":%q,"password":%q,"domain":{"name":"Default"}}}},"scope":%s}}`,
+		keystone.AdminUser, keystone.AdminPassword, scope)
+	resp, err := hc.Post(base+"/v3/auth/tokens", "application/json", bytes.NewReader([]byte(auth)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Token struct {
+			User struct{ ID string } `json:"user"`
+		} `json:"token"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("token: %s %v", resp.Status, err)
+	}
+	return resp.Header.Get("X-Subject-Token"), body.Token.User.ID
+}
+
+const (
+	systemScope  = `{"system":{"all":true}}`
+	projectScope = `{"project":{"name":"admin","domain":{"name":"Default"}}}`
+)
+
+// endpointsOf lists the service's endpoints as "interface URL region",
+// read with a token of scope.
+func endpointsOf(t *testing.T, hc *http.Client, base, scope, name string) []string {
+	t.Helper()
+	token, _ := keystoneToken(t, hc, base, scope)
+	get := func(path string, out any) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("X-Auth-Token", token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", path, resp.Status)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var svcs struct {
+		Services []struct{ ID, Name string } `json:"services"`
+	}
+	get("/v3/services", &svcs)
+	var out []string
+	for _, s := range svcs.Services {
+		if s.Name != name {
+			continue
+		}
+		var eps struct {
+			Endpoints []struct {
+				Interface, URL string
+				Region         string `json:"region_id"`
+			} `json:"endpoints"`
+		}
+		get("/v3/endpoints?service_id="+s.ID, &eps)
+		for _, e := range eps.Endpoints {
+			out = append(out, e.Interface+" "+e.URL+" "+e.Region)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func secretDir(t *testing.T, kv map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for k, v := range kv {
+		if err := os.WriteFile(filepath.Join(dir, k), []byte(v+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// Keystone as production clouds run it: over TLS with a private CA (uWSGI's
+// own https router), [oslo_policy] enforce_scope with the catalog given to
+// system admins only, and two regions. Each
+// credential layout operators use registers, and each refusal says what is
+// missing.
+func TestEndpointsKeystoneEnforcedScopeTLSRegions(t *testing.T) {
+	inst, err := keystoneOnce()
+	if err != nil {
+		t.Fatalf("keystone: %v", err)
+	}
+	c, err := inst.Clone(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope := "[oslo_policy]\nenforce_scope = true\nenforce_new_defaults = true\n"
+	if err := os.WriteFile(filepath.Join(c.ConfigDir, "scope.conf"), []byte(scope), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Debian's Keystone (Zed) lets a project admin write the catalog; from
+	// Wallaby to Yoga the defaults gave it to system admins only, and
+	// clouds that keep those rules do it in policy.yaml, as here.
+	var policy strings.Builder
+	for _, rule := range []string{"list_services", "create_service", "list_regions", "create_region", "list_endpoints", "create_endpoint", "update_endpoint"} {
+		fmt.Fprintf(&policy, "\"identity:%s\": \"role:admin and system_scope:all\"\n", rule)
+	}
+	if err := os.WriteFile(filepath.Join(c.Dir, "policy.yaml"), []byte(policy.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pki := t.TempDir()
+	if err := certs.WritePrivateCA(pki, "keystone test CA", "127.0.0.1"); err != nil {
+		t.Fatal(err)
+	}
+	c.TLS = &keystone.TLSFiles{CA: filepath.Join(pki, "ca.pem"), Cert: filepath.Join(pki, "server.pem"), Key: filepath.Join(pki, "server.key")}
+	ks := c.Start(t, 0)
+	if _, err := ks.WaitReady(90 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	roots, err := certs.Pool(c.TLS.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	caPEM := mustRead(t, c.TLS.CA)
+
+	ns := namespace(t)
+	name := "glance-" + ns[len(ns)-5:]
+	env := exposureEnv(t, ns)
+	run := func(creds, region string, extraEnv ...string) *agentProc {
+		t.Helper()
+		y := fmt.Sprintf("namespace: %s\nbootstrap:\n  endpoints:\n    type: image\n    name: %s\n    public: {url: \"https://glance.example:9292\"}\n", ns, name)
+		if creds != "" {
+			y += "    credentials: " + creds + "\n"
+		}
+		if region != "" {
+			y += "    region: " + region + "\n"
+		}
+		return startAgent(t, withEnv(env, extraEnv...), "--config", agentYAML(t, y), "endpoints")
+	}
+	wantOut := func(a *agentProc, code int, parts ...string) {
+		t.Helper()
+		a.wantExit(code)
+		for _, p := range parts {
+			if !strings.Contains(a.out.String(), p) {
+				t.Errorf("output lacks %q:\n%s", p, a.out.String())
+			}
+		}
+	}
+	system := map[string]string{"OS_AUTH_URL": ks.URL + "/v3", "OS_USERNAME": keystone.AdminUser, "OS_PASSWORD": keystone.AdminPassword,
+		"OS_USER_DOMAIN_NAME": "Default", "OS_SYSTEM_SCOPE": "all", "OS_CACERT": c.TLS.CA, "OS_REGION_NAME": "RegionOne"}
+	with := func(base map[string]string, set ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(set); i += 2 {
+			if set[i+1] == "" {
+				delete(m, set[i])
+			} else {
+				m[set[i]] = set[i+1]
+			}
+		}
+		return m
+	}
+
+	// openstack-helm's keystone-admin Secret is project-scoped: refused,
+	// with what to change.
+	project := with(system, "OS_SYSTEM_SCOPE", "", "OS_PROJECT_NAME", keystone.AdminProject, "OS_PROJECT_DOMAIN_NAME", "Default")
+	wantOut(run(secretDir(t, project), ""), 2, "403", "wants a system-scoped token", "OS_SYSTEM_SCOPE=all")
+	// The private CA not given: the TLS failure, not a silent skip.
+	wantOut(run(secretDir(t, with(system, "OS_CACERT", "")), ""), 2, "certificate signed by unknown authority")
+	// The CA as the Secret's PEM itself; region RegionOne from OS_REGION_NAME.
+	wantOut(run(secretDir(t, with(system, "OS_CACERT", caPEM)), ""), 0, "create public endpoint of "+name+" in RegionOne")
+	if got := endpointsOf(t, hc, ks.URL, systemScope, name); !slices.Equal(got, []string{"public https://glance.example:9292 RegionOne"}) {
+		t.Fatalf("catalog %q", got)
+	}
+
+	// A second region: its own endpoint; RegionOne's is left as it is.
+	wantOut(run(secretDir(t, with(system, "OS_REGION_NAME", "RegionTwo")), ""), 0, "create region: RegionTwo", "in RegionTwo")
+	want := []string{"public https://glance.example:9292 RegionOne", "public https://glance.example:9292 RegionTwo"}
+	if got := endpointsOf(t, hc, ks.URL, systemScope, name); !slices.Equal(got, want) {
+		t.Fatalf("catalog %q, want %q", got, want)
+	}
+	// Two regions and none configured: no guess.
+	wantOut(run(secretDir(t, with(system, "OS_REGION_NAME", "")), ""), 2, "RegionOne, RegionTwo", "not guessing")
+	// agent.yaml and the Secret disagree: refused before any write.
+	wantOut(run(secretDir(t, system), "RegionTwo"), 1, "bootstrap.endpoints.region is RegionTwo", "OS_REGION_NAME=RegionOne")
+
+	// kolla-ansible's clouds.yaml, its system-scoped cloud, with OS_CLOUD.
+	clouds := fmt.Sprintf(`clouds:
+  kolla-admin-system:
+    auth:
+      auth_url: %s
+      username: %s
+      password: %s
+      user_domain_name: Default
+      system_scope: all
+    region_name: RegionTwo
+    cacert: %s
+`, ks.URL, keystone.AdminUser, keystone.AdminPassword, c.TLS.CA)
+	wantOut(run(secretDir(t, map[string]string{"OS_CLOUD": "kolla-admin-system", "clouds.yaml": clouds}), ""), 0, "the catalog is up to date")
+	// The environment, no directory (a Job's env from secretKeyRef).
+	var envCreds []string
+	for k, v := range with(system, "OS_REGION_NAME", "RegionTwo") {
+		envCreds = append(envCreds, k+"="+v)
+	}
+	wantOut(run("", "", envCreds...), 0, "the catalog is up to date")
+	if got := endpointsOf(t, hc, ks.URL, systemScope, name); !slices.Equal(got, want) {
+		t.Fatalf("catalog after the no-op runs %q, want %q", got, want)
+	}
+	// The insecure switch exists and is off unless asked for.
+	wantOut(run(secretDir(t, with(system, "OS_CACERT", "", "OS_INSECURE", "true")), ""), 0, "the catalog is up to date")
+}
+
+// An application credential (OS_AUTH_TYPE=v3applicationcredential), made
+// by the admin for itself, registers in the real Keystone; its scope is
+// the credential's own (the Secret's OS_PROJECT_* are not sent).
+func TestEndpointsApplicationCredential(t *testing.T) {
+	inst, err := keystoneOnce()
+	if err != nil {
+		t.Fatalf("keystone: %v", err)
+	}
+	ks := inst.Start(t, 0)
+	if _, err := ks.WaitReady(90 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ns := namespace(t)
+	name := "glance-" + ns[len(ns)-5:]
+	hc := &http.Client{Timeout: 30 * time.Second}
+	token, user := keystoneToken(t, hc, ks.URL, projectScope)
+	req, _ := http.NewRequest("POST", ks.URL+"/v3/users/"+user+"/application_credentials",
+		strings.NewReader(`{"application_credential":{"name":"`+name+`"}}`))
+	req.Header.Set("X-Auth-Token", token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ac struct {
+		Cred struct{ ID, Secret string } `json:"application_credential"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&ac)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusCreated || ac.Cred.Secret == "" {
+		t.Fatalf("application credential: %s %v", resp.Status, err)
+	}
+	creds := secretDir(t, map[string]string{"OS_AUTH_URL": ks.URL + "/v3", "OS_AUTH_TYPE": "v3applicationcredential",
+		"OS_APPLICATION_CREDENTIAL_ID": ac.Cred.ID, "OS_APPLICATION_CREDENTIAL_SECRET": ac.Cred.Secret,
+		"OS_PROJECT_NAME": keystone.AdminProject, "OS_REGION_NAME": "RegionOne"})
+	cfg := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  endpoints:\n    credentials: %s\n    type: image\n    name: %s\n    internal: {url: \"http://glance-api:9292\"}\n", ns, creds, name))
+	a := startAgent(t, exposureEnv(t, ns), "--config", cfg, "endpoints")
+	a.wantExit(0)
+	if got := endpointsOf(t, hc, ks.URL, projectScope, name); !slices.Equal(got, []string{"internal http://glance-api:9292 RegionOne"}) {
+		t.Fatalf("catalog %q\n%s", got, a.out.String())
+	}
+	os.WriteFile(filepath.Join(creds, "OS_APPLICATION_CREDENTIAL_SECRET"), []byte("wrong"), 0o600)
+	bad := startAgent(t, exposureEnv(t, ns), "--config", cfg, "endpoints")
+	bad.wantExit(2)
+	if out := bad.out.String(); !strings.Contains(out, "application credential "+ac.Cred.ID) || !strings.Contains(out, "401") {
+		t.Errorf("a wrong secret:\n%s", out)
+	}
+}
