@@ -40,7 +40,7 @@ func identityClient(ctx context.Context, c Credentials) (*gophercloud.ServiceCli
 	}
 	id, err := openstack.NewIdentityV3(provider, eo)
 	if err != nil {
-		return nil, fmt.Errorf("keystone %s: the %s identity endpoint of region %q in the token's catalog (OS_INTERFACE, OS_REGION_NAME): %w", c.Auth.IdentityEndpoint, c.Interface, c.Region, err)
+		return nil, fmt.Errorf("keystone %s: the %s identity endpoint of region %s in the token's catalog (OS_INTERFACE, OS_REGION_NAME): %w", c.Auth.IdentityEndpoint, c.Interface, c.Region, err)
 	}
 	return id, nil
 }

@@ -228,6 +228,14 @@ func TestEndpointsKeystoneEnforcedScopeTLSRegions(t *testing.T) {
 	if got := endpointsOf(t, hc, ks.URL, systemScope, name); !slices.Equal(got, want) {
 		t.Fatalf("catalog after the no-op runs %q, want %q", got, want)
 	}
+	// OS_INTERFACE: identity calls go to the token catalog's identity
+	// endpoint of that interface and region (here keystone's own internal
+	// one, registered by the agent); none there is an error naming it.
+	ident := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  endpoints:\n    credentials: %s\n    type: identity\n    name: keystone\n    internal: {url: %q}\n",
+		ns, secretDir(t, with(system, "OS_REGION_NAME", "RegionTwo")), ks.URL+"/v3"))
+	startAgent(t, env, "--config", ident, "endpoints").wantExit(0)
+	wantOut(run(secretDir(t, with(system, "OS_REGION_NAME", "RegionTwo", "OS_INTERFACE", "internal")), ""), 0, "the catalog is up to date")
+	wantOut(run(secretDir(t, with(system, "OS_REGION_NAME", "RegionTwo", "OS_INTERFACE", "admin")), ""), 2, "the admin identity endpoint of region RegionTwo")
 	// The insecure switch exists and is off unless asked for.
 	wantOut(run(secretDir(t, with(system, "OS_CACERT", "", "OS_INSECURE", "true")), ""), 0, "the catalog is up to date")
 }
