@@ -101,6 +101,9 @@ type Agent struct {
 	// agent's own before the service starts (gates: dependencies,
 	// bootstrap), then the service's checks.
 	health atomic.Pointer[probes.Health]
+	// eventPod is the pod (namespace, name) Events about lookups go on,
+	// once a plan names it.
+	eventPod atomic.Pointer[[2]string]
 }
 
 // New checks the options and fills defaults.
@@ -204,8 +207,11 @@ func (a *Agent) entrypointPlan() (*Plan, error) {
 		PodName:      spec.PodName,
 		NodeName:     a.env("NODE_NAME"),
 		Dependencies: spec.Dependencies,
-		Timeout:      config.DefaultTimeout,
-		Command:      spec.Command,
+		// kubernetes-entrypoint waits for ever: an init container that
+		// gave up would be restarted with the kubelet's back-off (up to
+		// 5 min) and start that much later once the dependency is met.
+		Timeout: 0,
+		Command: spec.Command,
 	}
 	a.finish(p)
 	return p, nil
@@ -318,7 +324,11 @@ func (a *Agent) resolver(ns string) (*discovery.Resolver, error) {
 // the termination message path and posts it as an Event on the pod, and it
 // always prints the final state of every dependency.
 func (a *Agent) Wait(ctx context.Context, p *Plan) error {
-	a.log.Info("waiting for dependencies", "config", p.Source, "count", len(p.Dependencies), "timeout", p.Timeout.String(), "namespace", p.Namespace)
+	timeout := p.Timeout.String()
+	if p.Timeout == 0 {
+		timeout = "none"
+	}
+	a.log.Info("waiting for dependencies", "config", p.Source, "count", len(p.Dependencies), "timeout", timeout, "namespace", p.Namespace)
 	if len(p.Dependencies) == 0 {
 		return nil
 	}
@@ -385,6 +395,9 @@ func (a *Agent) discoveryConfig(p *Plan, deps []discovery.Dependency) (discovery
 		return cfg, configErr("dependency %s needs the Kubernetes API: %v", firstAPIDependency(deps), err)
 	}
 	cfg.Kube = kube
+	if p.PodName != "" {
+		a.eventPod.Store(&[2]string{p.Namespace, p.PodName})
+	}
 	if kube == nil && needAPI {
 		return cfg, configErr("dependency %s needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", firstAPIDependency(deps))
 	}
@@ -413,6 +426,7 @@ func (a *Agent) kubeClient() (*discovery.Kube, error) {
 	if a.kube, err = discovery.NewKube(rc, a.log); err != nil {
 		return nil, configErr("kubernetes client: %v", err)
 	}
+	a.kube.OnRefused = a.refusedEvent
 	if a.registry != nil {
 		if err := a.kube.Register(a.registry); err != nil {
 			return nil, err
@@ -429,6 +443,24 @@ func (a *Agent) summary(rs []discovery.Result) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Dependency, r.State, r.Waited.Round(time.Millisecond), r.Detail)
 	}
 	tw.Flush()
+}
+
+// refusedEvent puts a lookup's refused verb and its workaround on the pod
+// as a Warning Event, where `kubectl describe pod` shows it. A Role without
+// create on events (helm-toolkit's) makes it a debug line: the warning is
+// in the log already.
+func (a *Agent) refusedEvent(msg string) {
+	pod := a.eventPod.Load()
+	if pod == nil || a.kube == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := postEvent(ctx, a.kube, pod[0], pod[1], "Warning", "APIVerbRefused", msg); err != nil {
+			a.log.Debug("could not post the refusal as an Event", "error", err.Error())
+		}
+	}()
 }
 
 // reportFailure tells the operator why the pod stops, where `kubectl

@@ -42,7 +42,7 @@ func TestLoadPlanSource(t *testing.T) {
 		timeout           time.Duration
 	}{
 		{"explicit wins over entrypoint env", Options{ConfigPath: "/explicit.yaml"}, ke, "/explicit.yaml", "nova", "file:/explicit", time.Minute},
-		{"entrypoint env", Options{}, ke, "kubernetes-entrypoint environment", "neutron", "socket:/run/x.sock", 10 * time.Minute},
+		{"entrypoint env: no timeout, as kubernetes-entrypoint", Options{}, ke, "kubernetes-entrypoint environment", "neutron", "socket:/run/x.sock", 0},
 		{"default path, namespace from the service account", Options{}, nil, "/etc/kolla-agent/agent.yaml", "glance", "file:/default", 10 * time.Minute},
 		{"timeout flag overrides", Options{Timeout: time.Second}, nil, "/etc/kolla-agent/agent.yaml", "glance", "file:/default", time.Second},
 		{"NAMESPACE wins over the service account", Options{}, map[string]string{"NAMESPACE": "heat"}, "/etc/kolla-agent/agent.yaml", "heat", "file:/default", 10 * time.Minute},

@@ -31,10 +31,13 @@ type Kube struct {
 	http    *http.Client
 	host    string
 	log     *slog.Logger // debug: every LIST and WATCH, for an operator counting requests
-	// refused holds the resources (resource.group/namespace) whose watch
+	// told holds the verbs and resources (verb resource.group/namespace)
 	// the API server refused, each told once; refusals counts them all.
-	refused  sync.Map
+	told     sync.Map
 	refusals *prometheus.CounterVec
+	// OnRefused, when set, is told once per verb and resource that the
+	// API server refused and how the lookup works around it.
+	OnRefused func(msg string)
 }
 
 // The resources the checks watch.
@@ -64,25 +67,36 @@ func NewKube(cfg *rest.Config, log *slog.Logger) (*Kube, error) {
 	return &Kube{dynamic: d, http: hc, host: strings.TrimSuffix(cfg.Host, "/"), log: log,
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kolla_agent_api_watch_refused_total",
-			Help: "Watches the API server refused (403: the Role grants get and list, not watch), by resource; each such lookup polls with LIST instead.",
-		}, []string{"resource"}),
+			Help: "Lookups whose verb the API server refused (403), by resource and verb: a refused watch polls with LIST instead, a refused list of one object by name polls with GET.",
+		}, []string{"resource", "verb"}),
 	}, nil
 }
 
 // Register adds the client's metrics to reg.
 func (k *Kube) Register(reg prometheus.Registerer) error { return reg.Register(k.refusals) }
 
-// watchRefused is told when the API server refuses a watch of a resource:
-// the lookup polls with LIST instead. The first refusal of each resource
-// and namespace is logged at warning level with the rule that would fix it.
-func (k *Kube) watchRefused(gvr schema.GroupVersionResource, ns string, err error) {
+// refused is told when the API server refuses a verb of a lookup: a
+// refused watch polls with LIST, a refused list of one object by name polls
+// with GET. The first refusal of each verb, resource and namespace is
+// logged at warning level with the rule that would fix it, and told to
+// OnRefused (the agent posts an Event).
+func (k *Kube) refused(gvr schema.GroupVersionResource, ns, verb string, err error) {
 	res := gvr.GroupResource().String()
-	k.refusals.WithLabelValues(res).Inc()
-	if _, told := k.refused.LoadOrStore(res+"/"+ns, true); told {
+	k.refusals.WithLabelValues(res, verb).Inc()
+	if _, told := k.told.LoadOrStore(verb+" "+res+"/"+ns, true); told {
 		return
 	}
-	k.log.Warn("API watch refused: polling with LIST every 2 s instead, as kubernetes-entrypoint does; to be told of changes at once, grant the verb watch on this resource in the pod's Role",
-		"resource", res, "namespace", ns, "rule", fmt.Sprintf(`{apiGroups: [%q], resources: [%q], verbs: [list, watch]}`, gvr.Group, gvr.Resource), "error", err.Error())
+	instead, grant, need := "LIST", "list, watch", "the verb watch"
+	if verb == "list" {
+		instead, grant, need = "GET", "get, list, watch", "the verbs list and watch"
+	}
+	rule := fmt.Sprintf(`{apiGroups: [%q], resources: [%q], verbs: [%s]}`, gvr.Group, gvr.Resource, grant)
+	short := fmt.Sprintf("API %s refused: polling with %s every 2 s instead, as kubernetes-entrypoint does; to be told of changes at once, grant %s on this resource in the pod's Role", verb, instead, need)
+	msg := fmt.Sprintf("API %s of %s refused: polling with %s every 2 s instead; to be told of changes at once, grant %s in the pod's Role: %s", verb, res, instead, need, rule)
+	k.log.Warn(short, "resource", res, "namespace", ns, "rule", rule, "error", err.Error())
+	if k.OnRefused != nil {
+		k.OnRefused(msg)
+	}
 }
 
 // in lists and watches one resource of one namespace ("" for cluster scope).
@@ -96,16 +110,16 @@ func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister {
 	if k.log.Enabled(context.Background(), slog.LevelDebug) {
 		l = loggedLister{lister: l, log: k.log.With("resource", gvr.GroupResource().String(), "namespace", ns)}
 	}
-	return refusalLister{lister: l, refused: func(err error) { k.watchRefused(gvr, ns, err) }}
+	return refusalLister{lister: l, onRefused: func(verb string, err error) { k.refused(gvr, ns, verb, err) }}
 }
 
 // refusalLister tells the Kube when a watch is refused (see watchSet).
 type refusalLister struct {
 	lister
-	refused func(error)
+	onRefused func(verb string, err error)
 }
 
-func (l refusalLister) watchRefused(err error) { l.refused(err) }
+func (l refusalLister) refused(verb string, err error) { l.onRefused(verb, err) }
 
 // loggedLister says at debug level which requests the agent makes: a
 // narrowed LIST, and a WATCH from its resourceVersion only for a caller the
@@ -124,6 +138,16 @@ func (l loggedLister) List(ctx context.Context, o metav1.ListOptions) (*unstruct
 		l.log.Debug("API list", "labels", o.LabelSelector, "fields", o.FieldSelector, "items", len(list.Items), "resourceVersion", list.GetResourceVersion())
 	}
 	return list, err
+}
+
+func (l loggedLister) Get(ctx context.Context, name string, o metav1.GetOptions, sub ...string) (*unstructured.Unstructured, error) {
+	u, err := l.lister.Get(ctx, name, o, sub...)
+	if err != nil {
+		l.log.Debug("API get", "name", name, "error", err.Error())
+	} else {
+		l.log.Debug("API get", "name", name, "resourceVersion", u.GetResourceVersion())
+	}
+	return u, err
 }
 
 func (l loggedLister) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {

@@ -19,19 +19,21 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 )
 
-// lister is the pair of calls a watch needs; every dynamic client of one
-// resource in one namespace has it.
+// lister is the calls a watch needs (and GET, for a Role without list);
+// every dynamic client of one resource in one namespace has them.
 type lister interface {
 	List(context.Context, metav1.ListOptions) (*unstructured.UnstructuredList, error)
 	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+	Get(ctx context.Context, name string, o metav1.GetOptions, subresources ...string) (*unstructured.Unstructured, error)
 }
 
 // selector narrows a watch to the objects a dependency is about: never a
-// namespace-wide watch of a whole resource.
-type selector struct{ label, field string }
+// namespace-wide watch of a whole resource. name is set when the selector
+// is one object by name, which a GET can fetch when LIST is refused.
+type selector struct{ label, field, name string }
 
 func byName(name string) selector {
-	return selector{field: fields.OneTermEqualSelector("metadata.name", name).String()}
+	return selector{field: fields.OneTermEqualSelector("metadata.name", name).String(), name: name}
 }
 
 // listWatch is one narrowed LIST and WATCH, with its API errors reported
@@ -142,6 +144,14 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 	for {
 		if rv == "" {
 			l, err := lw.list(ctx)
+			if apierrors.IsForbidden(err) && lw.sel.name != "" {
+				// The Role grants get only (helm-toolkit's rule for custom
+				// resources): poll the one object by name.
+				if n, ok := lw.c.(interface{ refused(verb string, err error) }); ok {
+					n.refused("list", err)
+				}
+				return getPoll(ctx, lw, sleep, set, onSet, call)
+			}
 			if err != nil {
 				if !sleep(ctx, b.Step()) {
 					return ctx.Err()
@@ -158,8 +168,8 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 		if apierrors.IsForbidden(err) {
 			// The Role grants get and list, not watch (openstack-helm's
 			// entrypoint Role): poll instead of retrying a refused verb.
-			if n, ok := lw.c.(interface{ watchRefused(error) }); ok {
-				n.watchRefused(err)
+			if n, ok := lw.c.(interface{ refused(verb string, err error) }); ok {
+				n.refused("watch", err)
 			}
 			return pollSet(ctx, lw, sleep, set, onSet, call)
 		}
@@ -213,6 +223,37 @@ func pollSet(ctx context.Context, lw *listWatch, sleep func(context.Context, tim
 			continue
 		}
 		replaceSet(set, l.Items)
+		if done, err := onSet(call()); done {
+			return err
+		}
+	}
+}
+
+// getPoll is pollSet for a Role that grants get but not list: a GET of the
+// one object by name at the same pace; not found is the empty set.
+func getPoll(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, set map[string]*unstructured.Unstructured, onSet func([]any) (bool, error), call func() []any) error {
+	told := false // onSet has seen a set
+	for first := true; ; first = false {
+		if !first && !sleep(ctx, pollEvery+rand.N(pollEvery/4)) {
+			return ctx.Err()
+		}
+		u, err := lw.c.Get(ctx, lw.sel.name, metav1.GetOptions{})
+		var items []unstructured.Unstructured
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			if ctx.Err() == nil {
+				lw.onErr("get", err)
+			}
+			continue
+		default:
+			items = []unstructured.Unstructured{*u}
+		}
+		if told && sameSet(set, items) {
+			continue
+		}
+		told = true
+		replaceSet(set, items)
 		if done, err := onSet(call()); done {
 			return err
 		}

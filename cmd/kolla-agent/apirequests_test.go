@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
@@ -371,6 +372,75 @@ func TestAPIRequestsWatchRefused(t *testing.T) {
 	mkPod(t, ns, "mariadb-0", map[string]string{"app": "mariadb"})
 	setReady(t, ns, "mariadb-0", "10.10.0.5", true)
 	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, "keystone-db-sync"); err != nil {
+		t.Fatal(err)
+	}
+	a.wantExit(0)
+}
+
+// A custom resource under helm-toolkit's Role for DEPENDENCY_CUSTOM_RESOURCE
+// (get only on the plural): the refused LIST turns into a GET of the one
+// object by name every 2-2.5 s, no watch, at most kubernetes-entrypoint's
+// GET every 2 s; the agent sees the object ready and exits, and says once,
+// in the log and in a Warning Event on its pod (when the Role lets it
+// create Events), which verb was refused and the rule that would fix it.
+func TestAPIRequestsGetOnlyCustomResource(t *testing.T) {
+	ns := namespace(t)
+	dyn, gadgets := ensureCRD(t, "refusal.kolla-agent.dev", "gadgets", "Gadget")
+	env := withEnv(agentEnv(t, ns), "POD_NAME=glance-api-0")
+	mkPod(t, ns, "glance-api-0", nil)
+	role, err := client().RbacV1().Roles(ns).Get(ctxT(t), "kolla-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = []rbacv1.PolicyRule{
+		{APIGroups: []string{"", "extensions", "batch", "apps", "discovery.k8s.io"}, Verbs: []string{"get", "list"}, Resources: []string{"jobs", "pods", "services", "endpoints", "endpointslices"}},
+		{APIGroups: []string{gadgets.Group}, Verbs: []string{"get"}, Resources: []string{gadgets.Resource}},
+		{APIGroups: []string{""}, Verbs: []string{"create"}, Resources: []string{"events"}}, // not helm-toolkit's: to see the Event
+	}
+	if _, err := client().RbacV1().Roles(ns).Update(ctxT(t), role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDenied(t, ns, "list", gadgets.Group, gadgets.Resource)
+	start := time.Now()
+	a := startAgent(t, env, "wait", "--timeout", "5m", "resource:refusal.kolla-agent.dev/v1/Gadget/"+ns+"/w1?spec.size=3")
+	a.waitLog("API list refused")
+	time.Sleep(10 * time.Second) // the window: polling a missing object
+	a.running()
+	reqs := auditOf(t, ns, start)
+	window := time.Since(start)
+	gets := 0
+	for _, r := range reqs {
+		u, err := url.Parse(r.RequestURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case r.Verb == "get" && strings.HasSuffix(u.Path, "/gadgets/w1"):
+			gets++
+		case r.Verb == "list" && strings.HasSuffix(u.Path, "/gadgets"): // the one refused
+		case r.Verb == "get" && u.Path == "/apis/refusal.kolla-agent.dev/v1": // API discovery: is Gadget served
+		case r.Verb == "get" && strings.HasSuffix(u.Path, "/pods/glance-api-0"), r.Verb == "create" && strings.HasSuffix(u.Path, "/events"): // the Event
+		default:
+			t.Errorf("unexpected request %s %s", r.Verb, r.RequestURI)
+		}
+	}
+	if incumbent := int(window/(2*time.Second)) + 1; gets > incumbent || gets < 3 {
+		t.Errorf("%d GETs of the gadget in %v: want polling at most kubernetes-entrypoint's %d\n%s", gets, window.Round(time.Millisecond), incumbent, requestLines(reqs, start))
+	}
+	if n := strings.Count(a.out.String(), "API list refused"); n != 1 || !strings.Contains(a.out.String(), `verbs: [get, list, watch]`) {
+		t.Errorf("want one 'API list refused' warning with the rule:\n%s", a.out.String())
+	}
+	eventually(t, "the APIVerbRefused Event", func() bool {
+		evs, err := client().CoreV1().Events(ns).List(ctxT(t), metav1.ListOptions{FieldSelector: "reason=APIVerbRefused"})
+		return err == nil && len(evs.Items) == 1 && evs.Items[0].InvolvedObject.Name == "glance-api-0" &&
+			strings.Contains(evs.Items[0].Message, "polling with GET") && evs.Items[0].Type == "Warning"
+	})
+	w := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "refusal.kolla-agent.dev/v1", "kind": "Gadget",
+		"metadata": map[string]any{"name": "w1", "namespace": ns},
+		"spec":     map[string]any{"size": int64(3)},
+	}}
+	if _, err := dyn.Resource(gadgets).Namespace(ns).Create(ctxT(t), w, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	a.wantExit(0)

@@ -252,36 +252,9 @@ func TestResourceDependency(t *testing.T) {
 	a := startAgent(t, agentEnv(t, ns, rule), "wait", "resource:example.kolla-agent.dev/v1/Widget/"+ns+"/w1?spec.size=3&condition=Ready")
 	a.waitLog("not served")
 
-	crdYAML := `
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: widgets.example.kolla-agent.dev}
-spec:
-  group: example.kolla-agent.dev
-  scope: Namespaced
-  names: {plural: widgets, singular: widget, kind: Widget}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-`
-	obj := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte(crdYAML), &obj.Object); err != nil {
-		t.Fatal(err)
-	}
-	dyn := dynamic.NewForConfigOrDie(s.env.Admin())
-	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	if _, err := dyn.Resource(crdGVR).Create(ctxT(t), obj, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
-		t.Fatal(err)
-	}
+	dyn, gvr := ensureCRD(t, "example.kolla-agent.dev", "widgets", "Widget")
 	a.waitLog("does not exist")
 
-	gvr := schema.GroupVersionResource{Group: "example.kolla-agent.dev", Version: "v1", Resource: "widgets"}
 	w := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "example.kolla-agent.dev/v1", "kind": "Widget",
 		"metadata": map[string]any{"name": "w1", "namespace": ns},
@@ -392,4 +365,40 @@ func TestServiceFallsBackToEndpoints(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, a.out.String())
 		}
 	}
+}
+
+// ensureCRD installs a custom resource of group, version v1 (cluster-wide,
+// once for the package: each test its own group, since a served group is
+// visible to every other test) and returns an admin dynamic client and the
+// resource.
+func ensureCRD(t *testing.T, group, plural, kind string) (dynamic.Interface, schema.GroupVersionResource) {
+	t.Helper()
+	crdYAML := `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: ` + plural + `.` + group + `}
+spec:
+  group: ` + group + `
+  scope: Namespaced
+  names: {plural: ` + plural + `, singular: ` + strings.ToLower(kind) + `, kind: ` + kind + `}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+`
+	obj := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(crdYAML), &obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(s.env.Admin())
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dyn.Resource(crdGVR).Create(ctxT(t), obj, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+		t.Fatal(err)
+	}
+	return dyn, schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural}
 }

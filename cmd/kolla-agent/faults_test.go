@@ -92,6 +92,7 @@ func TestEntrypointDropIn(t *testing.T) {
 		`COMMAND=sh -c 'echo "keystone started" > `+out+`'`,
 	)
 	a := startAgent(t, env)
+	a.waitLog("timeout=none") // kubernetes-entrypoint waits for ever
 	a.waitLog("0 of 1 endpoints ready")
 	a.waitLog("keystone-credential-setup (active")
 	for _, j := range []string{"keystone-db-sync", "keystone-credential-setup"} {
