@@ -12,10 +12,10 @@ import (
 // service becomes the container's main process and the agent costs nothing
 // after it. It returns only on failure.
 //
-// helm-toolkit's init container always sets COMMAND to "echo done", which
-// kubernetes-entrypoint's Ubuntu images can run and the agent's scratch
-// image cannot: an echo the image lacks is done here, as a shell's builtin
-// would.
+// helm-toolkit's init container set COMMAND to "echo done" until 2019, and
+// charts derived from it still do: kubernetes-entrypoint's Ubuntu images
+// can run it and the agent's scratch image cannot, so an echo the image
+// lacks is done here, as a shell's builtin would.
 func Exec(command []string) error {
 	if command[0] == "echo" {
 		if _, err := exec.LookPath("echo"); err != nil {

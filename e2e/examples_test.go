@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -159,6 +159,12 @@ func waitReady(t *testing.T, ns, selector string, n int, timeout time.Duration) 
 //     (apache's environment), the agent's templates;
 //   - keystone answers through its Service's ClusterIP (kube-proxy) and
 //     issues a token to the admin the bootstrap Job created;
+//   - the service users Job waits for keystone through CoreDNS and
+//     kube-proxy and makes glance's user with the real openstack client;
+//   - glance-api waits for all of it, runs db_sync under its Lease,
+//     registers itself in the catalog (public from agent.yaml's exposure,
+//     internal from its cluster name) and serves the image API through its
+//     ClusterIP to a token keystonemiddleware checks as the glance user;
 //   - keystone's and apache's log lines reach a Fluent forward receiver in
 //     the pod's native sidecar (where fluent-bit is), and when a pod is
 //     deleted the agent stops apache within the grace period and ships the
@@ -274,23 +280,24 @@ func TestExamplesKeystoneSlice(t *testing.T) {
 
 	// From a pod: the service users Job's init container (the agent's
 	// image, no token) waits for keystone's cluster URL, through CoreDNS
-	// and kube-proxy. Its main container needs kolla's toolbox, not built
-	// here: the init container's own wait stands in for it.
+	// and kube-proxy; its main container, the openstack client (kolla's
+	// toolbox has it; here the glance-api image does), makes the service
+	// project and the glance and nova users under enforce_scope, with the
+	// admin of the keystone-admin Secret.
 	jobs := examplesSlice(t, "keystone-service-users")
 	for _, o := range jobs {
 		if o.GetKind() != "Job" {
 			continue
 		}
-		inits, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "initContainers")
-		if len(inits) != 1 {
-			t.Fatalf("keystone-service-users: %d init containers, want its wait-keystone", len(inits))
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if len(cs) != 1 {
+			t.Fatalf("keystone-service-users: %d containers, want its ks-user", len(cs))
 		}
-		main := maps.Clone(inits[0].(map[string]any))
-		main["name"] = "ks-user"
-		unstructured.SetNestedSlice(o.Object, []any{main}, "spec", "template", "spec", "containers")
+		cs[0].(map[string]any)["image"] = "localhost/kolla-glance-api:dev"
+		unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers")
 	}
 	apply(t, jobs)
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		j, err := env.Client().BatchV1().Jobs(ns).Get(ctx, "keystone-service-users", metav1.GetOptions{})
 		return err == nil && j.Status.Succeeded == 1, nil
 	})
@@ -298,8 +305,43 @@ func TestExamplesKeystoneSlice(t *testing.T) {
 		var b strings.Builder
 		for _, p := range listPods(t, ns, "component=ks-user") {
 			b.WriteString(p.Name + ": " + describe(ns, p.Name, &p))
+			for _, c := range []string{"wait-keystone", "ks-user"} {
+				logs, _ := env.Client().CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c}).Do(ctx).Raw()
+				fmt.Fprintf(&b, "\n%s:\n%s\n", c, lastLines(strings.Split(string(logs), "\n"), 20))
+			}
 		}
-		t.Fatalf("the service users Job's wait for keystone did not complete:\n%s", b.String())
+		t.Fatalf("the service users Job did not complete:\n%s", b.String())
+	}
+
+	// glance-api as a real pod: it waits for the database, the cache,
+	// keystone and the users Job, renders its secrets, runs db_sync under
+	// its Lease, registers glance in the catalog (its public URL from
+	// agent.yaml's exposure, the internal one from the Service's cluster
+	// name) and serves the image API through its ClusterIP, a token of the
+	// admin checked by keystonemiddleware as the glance user the Job made.
+	apply(t, examplesSlice(t, "glance"))
+	gpods := waitReady(t, ns, "application=glance,component=api", 1, 10*time.Minute)
+	t.Logf("glance-api Ready %.1fs after the apply", time.Since(start).Seconds())
+	token := keystoneToken(t, fmt.Sprintf("http://%s:5000", svc.Spec.ClusterIP), string(secret.Data["OS_PASSWORD"]))
+	eps := catalogOf(t, fmt.Sprintf("http://%s:5000", svc.Spec.ClusterIP), token, "glance")
+	wantEps := []string{"internal http://glance-api.openstack.svc.cluster.local:9292 RegionOne", "public https://198.51.100.11 RegionOne"} // 443 is https's own
+	if !slices.Equal(eps, wantEps) {
+		t.Errorf("glance in the catalog: %q, want %q", eps, wantEps)
+	}
+	gsvc, err := env.Client().CoreV1().Services(ns).Get(ctx, "glance-api", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var images string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
+		images = getWith(fmt.Sprintf("http://%s:9292/v2/images", gsvc.Spec.ClusterIP), token)
+		return strings.HasPrefix(images, `{"images": [`), nil
+	})
+	if err != nil {
+		t.Errorf("glance's image list through its ClusterIP with an admin token: %s\n%s", images, describe(ns, gpods[0].Name, &gpods[0]))
+	}
+	if got := getWith(fmt.Sprintf("http://%s:9292/v2/images", gsvc.Spec.ClusterIP), "not-a-token"); !strings.Contains(got, "401") {
+		t.Errorf("glance with a bad token answered %q, want 401 (keystonemiddleware checks tokens)", got)
 	}
 
 	// Logs: apache's access log line of a request, at the receiver.
@@ -504,4 +546,70 @@ func watchLast(t *testing.T, ns, name string) func() *corev1.Pod {
 		defer mu.Unlock()
 		return last
 	}
+}
+
+// keystoneToken is a project-scoped token of the slice's admin.
+func keystoneToken(t *testing.T, base, password string) string {
+	t.Helper()
+	body := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":"admin","domain":{"name":"Default"},"password":%q}}},"scope":{"project":{"name":"admin","domain":{"name":"Default"}}}}}`, password)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	resp, err := c.Post(base+"/v3/auth/tokens", "application/json", bytes.NewBufferString(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("token: %s", resp.Status)
+	}
+	return resp.Header.Get("X-Subject-Token")
+}
+
+// catalogOf lists the endpoints of the service named name as "interface
+// URL region", sorted.
+func catalogOf(t *testing.T, base, token, name string) []string {
+	t.Helper()
+	var svcs struct {
+		Services []struct{ ID, Name string } `json:"services"`
+	}
+	if err := json.Unmarshal([]byte(getWith(base+"/v3/services", token)), &svcs); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range svcs.Services {
+		if s.Name != name {
+			continue
+		}
+		var eps struct {
+			Endpoints []struct {
+				Interface, URL string
+				Region         string `json:"region_id"`
+			} `json:"endpoints"`
+		}
+		if err := json.Unmarshal([]byte(getWith(base+"/v3/endpoints?service_id="+s.ID, token)), &eps); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range eps.Endpoints {
+			out = append(out, e.Interface+" "+e.URL+" "+e.Region)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// getWith GETs url with X-Auth-Token: the body, or the status and body when
+// not 200.
+func getWith(url, token string) string {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Header.Set("X-Auth-Token", token)
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusOK {
+		return resp.Status + ": " + string(b)
+	}
+	return string(b)
 }

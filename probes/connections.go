@@ -283,32 +283,40 @@ func parseDiagMessages(b []byte, visit func(remotePort, inode uint64)) (done boo
 // needs CONFIG_PROC_CHILDREN, which not every kernel has, and a pod's PID
 // namespace holds few processes.
 func processTree(root string, pid int) ([]int, error) {
-	d, err := os.Open(root)
+	children := make(map[int][]int)
+	err := eachProc(root, pid, func(p int, st procStat) { children[st.ppid] = append(children[st.ppid], p) })
 	if err != nil {
 		return nil, err
-	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", root, err)
-	}
-	children := make(map[int][]int)
-	for _, n := range names {
-		p, err := strconv.Atoi(n)
-		if err != nil || p == pid {
-			continue
-		}
-		st, err := readProcStat(root, p)
-		if err != nil {
-			continue // exited meanwhile, or unreadable: not ours to judge
-		}
-		children[st.ppid] = append(children[st.ppid], p)
 	}
 	tree := []int{pid}
 	for i := 0; i < len(tree); i++ {
 		tree = append(tree, children[tree[i]]...)
 	}
 	return tree, nil
+}
+
+// eachProc calls fn with every process of root (a /proc) but skip and its
+// stat; one that exits meanwhile, or is unreadable, is not ours to judge.
+func eachProc(root string, skip int, fn func(pid int, st procStat)) error {
+	d, err := os.Open(root)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return fmt.Errorf("listing %s: %w", root, err)
+	}
+	for _, n := range names {
+		p, err := strconv.Atoi(n)
+		if err != nil || p == skip {
+			continue
+		}
+		if st, err := readProcStat(root, p); err == nil {
+			fn(p, st)
+		}
+	}
+	return nil
 }
 
 // socketInodes adds the inodes of the sockets pid holds open to set; buf is

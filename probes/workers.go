@@ -1,10 +1,5 @@
 package probes
 
-import (
-	"os"
-	"strconv"
-)
-
 // Workers are the live children of a service's main process, each by PID
 // and start time (a PID reused by another process is not the same worker).
 type Workers map[int]uint64
@@ -12,24 +7,12 @@ type Workers map[int]uint64
 // WorkersOf lists pid's live children under root (a /proc; "" for the
 // real one). A service that forks none has an empty set.
 func WorkersOf(root string, pid int) Workers {
-	root = orProcRoot(root)
 	w := Workers{}
-	d, err := os.Open(root)
-	if err != nil {
-		return w
-	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
-	for _, n := range names {
-		p, err := strconv.Atoi(n)
-		if err != nil || p == pid {
-			continue
-		}
-		st, err := readProcStat(root, p)
-		if err == nil && st.ppid == pid && isLiveState(st.state) {
+	_ = eachProc(orProcRoot(root), pid, func(p int, st procStat) { // no /proc: no workers to wait for
+		if st.ppid == pid && isLiveState(st.state) {
 			w[p] = st.startTime
 		}
-	}
+	})
 	return w
 }
 

@@ -71,6 +71,17 @@ func Services() []Service {
 			},
 			Hook: "images/kolla-debian/keystone/extend_start.sh",
 		},
+		{
+			// kolla's glance-api image; the openstack client too, which
+			// the examples' service-users Job runs (kolla's toolbox has it).
+			Name:     "glance-api",
+			Packages: []string{"glance-api", "python3-openstackclient", "python3-pymysql", "python3-memcache"},
+			User:     "glance",
+			Customize: []string{
+				`install -d -o 42415 -g 42415 "$1/var/lib/glance/images" "$1/var/lib/glance/tmp"`,
+			},
+			Hook: "images/kolla-debian/glance/extend_start.sh",
+		},
 	}
 }
 
