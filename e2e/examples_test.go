@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -189,15 +190,7 @@ func TestExamplesKeystoneSlice(t *testing.T) {
 			}
 		}
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		env.Client().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-		wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-			_, err := env.Client().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		})
-	})
+	deleteAtEnd(t, ns)
 	hostPathVolume(t, ns, "data-mariadb-0", 42434)
 	start := time.Now()
 	apply(t, objs)
@@ -430,6 +423,101 @@ func TestExamplesKeystoneSlice(t *testing.T) {
 		// FinishedAt has whole seconds.
 		t.Logf("pod deleted -> keystone's container ended (exit %d) within %.0fs, the pod gone in %.1fs (grace %ds)",
 			tm.ExitCode, tm.FinishedAt.Sub(deleted.Truncate(time.Second)).Seconds()+1, gone.Seconds(), *p.Spec.TerminationGracePeriodSeconds)
+	}
+}
+
+// deleteAtEnd deletes the namespace when the test ends and waits until it
+// is gone, so that the next test can apply the slice again.
+func deleteAtEnd(t *testing.T, ns string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		env.Client().CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+		wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := env.Client().CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+	})
+}
+
+// The nova-conductor example beside RabbitMQ and mariadb, as real pods:
+//   - RabbitMQ (the agent as its entrypoint, as the image's user) is Ready by
+//     the kubelet's probe against the agent's tcp check on AMQP;
+//   - nova-conductor's init container waits for mariadb and RabbitMQ, then
+//     creates each db_sync phase's Job once (api_db, cells, db), run by the
+//     kubelet against the real database;
+//   - `kolla-agent sidecar` (a native sidecar, another user, the pod's
+//     process namespace shared) finds nova-conductor in the main container
+//     and answers the kubelet's probes with the rpc check: a real
+//     oslo.messaging ping to the conductor topic through RabbitMQ;
+//   - the service killed: the kubelet restarts its container, the sidecar
+//     keeps running, follows the new process and the pod is Ready again.
+func TestExamplesNovaSlice(t *testing.T) {
+	testenv.NeedNode(t, env)
+	sliceImages(t)
+	const ns = slice.Namespace
+	objs := examplesSlice(t, "mariadb", "rabbitmq", "nova-conductor")
+	// The slice has neither keystone nor placement: nova-conductor's
+	// placement client (made at its start) is given placement's URL, so
+	// that it needs no discovery through keystone until it is used.
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && o.GetName() == "nova-conductor" {
+			conf, _, _ := unstructured.NestedString(o.Object, "data", "nova.conf")
+			conf = strings.Replace(conf, "[placement]\n", "[placement]\nendpoint_override = http://placement.openstack.svc.cluster.local:8778\n", 1)
+			unstructured.SetNestedField(o.Object, conf, "data", "nova.conf")
+		}
+	}
+	deleteAtEnd(t, ns)
+	hostPathVolume(t, ns, "data-mariadb-0", 42434)
+	hostPathVolume(t, ns, "data-rabbitmq-0", 42439)
+	start := time.Now()
+	apply(t, objs)
+	waitReady(t, ns, "application=rabbitmq", 1, 5*time.Minute)
+	t.Logf("rabbitmq Ready %.1fs after the apply", time.Since(start).Seconds())
+	pods := waitReady(t, ns, "application=nova,component=conductor", 1, 10*time.Minute)
+	t.Logf("nova-conductor Ready %.1fs after the apply", time.Since(start).Seconds())
+	ctx := context.Background()
+
+	jobs, err := env.Client().BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: "application=nova,component=db-sync"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	phases := map[string]int{}
+	for _, j := range jobs.Items {
+		if j.Status.Succeeded == 1 {
+			phases[j.Labels[bootstrap.LabelPhase]]++
+		}
+	}
+	if !maps.Equal(phases, map[string]int{"api-db": 1, "cells": 1, "db": 1}) {
+		t.Errorf("nova's completed db_sync Jobs by phase: %v, want one each of api-db, cells, db", phases)
+	}
+	p := pods[0]
+	verbose := get(fmt.Sprintf("http://%s:8095/readyz?verbose", p.Status.PodIP))
+	if !strings.Contains(verbose, "[+]rpc pass") || !strings.Contains(verbose, "its dispatcher is alive") {
+		t.Errorf("the sidecar's /readyz?verbose:\n%s", verbose)
+	}
+
+	// The service killed in its container: the sidecar follows the new one.
+	procs := podProcesses(t, p, "nova-conductor")
+	signalAll(t, procs, syscall.SIGKILL)
+	waitPod(t, ns, p.Name, "nova-conductor restarted by the kubelet, the pod Ready again", 5*time.Minute, func(p *corev1.Pod) bool {
+		restarted := false
+		for _, cs := range p.Status.ContainerStatuses {
+			restarted = restarted || (cs.Name == "nova-conductor" && cs.RestartCount >= 1 && cs.State.Running != nil)
+		}
+		return restarted && podReady(p)
+	})
+	p2, err := env.Client().CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range p2.Status.InitContainerStatuses {
+		if cs.Name == "kolla-agent" && (cs.RestartCount != 0 || cs.State.Running == nil) {
+			t.Errorf("the sidecar: %s, %d restarts; want running throughout", state(cs.State), cs.RestartCount)
+		}
+	}
+	if now := podProcesses(t, *p2, "nova-conductor"); slices.Equal(now, procs) {
+		t.Errorf("nova-conductor's processes %v are the killed ones", now)
 	}
 }
 

@@ -106,14 +106,14 @@ func copyFiles(c Copy, stages []*Stage, src Sources) ([]File, error) {
 		case from != nil && slices.Contains(madeDirs(from), path.Clean(s)):
 			// An empty directory the stage made: COPY creates the
 			// destination, owned as --chown says.
-			out = append(out, File{Path: path.Clean(c.Dest), Dir: true, Mode: 0o755, UID: uid, GID: gid})
+			out = append(out, File{Path: path.Clean(c.Dest), Dir: true, Mode: c.mode(0o755), UID: uid, GID: gid})
 			continue
 		case from != nil && builtByMake(from):
 			rel, ok := strings.CutPrefix(s, strings.TrimSuffix(from.Workdir, "/")+"/")
 			if !ok {
 				return nil, fmt.Errorf("%s is outside stage %s's WORKDIR %s", s, from.Name, from.Workdir)
 			}
-			out = append(out, File{Path: dest, Mode: 0o755, UID: uid, GID: gid, Src: filepath.Join(src.Root, filepath.FromSlash(rel))})
+			out = append(out, File{Path: dest, Mode: c.mode(0o755), UID: uid, GID: gid, Src: filepath.Join(src.Root, filepath.FromSlash(rel))})
 		case from != nil:
 			base, ok := src.Images[from.From]
 			if !ok {
@@ -123,13 +123,21 @@ func copyFiles(c Copy, stages []*Stage, src Sources) ([]File, error) {
 			if !ok {
 				return nil, fmt.Errorf("%s is not in image %s", s, from.From)
 			}
-			f.Path, f.UID, f.GID = dest, uid, gid
+			f.Path, f.UID, f.GID, f.Mode = dest, uid, gid, c.mode(f.Mode)
 			out = append(out, f)
 		default:
 			return nil, fmt.Errorf("--from=%s names no stage", c.From)
 		}
 	}
 	return out, nil
+}
+
+// mode is --chmod's mode, or def without one.
+func (c Copy) mode(def int64) int64 {
+	if c.Chmod != 0 {
+		return c.Chmod
+	}
+	return def
 }
 
 // madeDirs is what a stage's `RUN mkdir -p DIR...` lines make: the one

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -27,6 +28,7 @@ type Stage struct {
 type Copy struct {
 	From  string // --from=, "" for the build context
 	Chown string // --chown=UID:GID, numeric
+	Chmod int64  // --chmod=OCTAL as a tar mode (setgid included); 0: as the source
 	Srcs  []string
 	Dest  string
 	Line  int
@@ -128,8 +130,10 @@ func ParseDockerfile(file string, args map[string]string) ([]*Stage, error) {
 					c.From = from
 				} else if chown, ok := strings.CutPrefix(f[0], "--chown="); ok && numericOwner.MatchString(chown) {
 					c.Chown = chown
+				} else if chmod, ok := strings.CutPrefix(f[0], "--chmod="); ok && octalMode.MatchString(chmod) {
+					c.Chmod, _ = strconv.ParseInt(chmod, 8, 64)
 				} else {
-					return nil, fail("COPY flag %s is not supported (--from=STAGE, --chown=UID:GID)", f[0])
+					return nil, fail("COPY flag %s is not supported (--from=STAGE, --chown=UID:GID, --chmod=OCTAL)", f[0])
 				}
 				f = f[1:]
 			}
@@ -148,7 +152,10 @@ func ParseDockerfile(file string, args map[string]string) ([]*Stage, error) {
 	return stages, nil
 }
 
-var numericOwner = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
+var (
+	numericOwner = regexp.MustCompile(`^[0-9]+:[0-9]+$`)
+	octalMode    = regexp.MustCompile(`^[0-7]{3,4}$`)
+)
 
 var varRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)`)
 

@@ -199,3 +199,27 @@ func FuzzParseDockerfile(f *testing.F) {
 		}
 	})
 }
+
+// The kolla image runs as the service's user, whichever: the agent's
+// directories are group kolla's (42400), group-writable and setgid, so
+// that kolla mode's state and the exec-probe socket work without a volume
+// (REAL-PODS: as the image's user the agent could not create them).
+func TestKollaImageAgentDirsForEveryServiceUser(t *testing.T) {
+	agent := Image{Layers: []Layer{{Files: []File{
+		{Path: "/usr/local/bin/kolla-agent", Mode: 0o755, Data: []byte("a")},
+		{Path: "/usr/local/bin/kolla-agent-probe", Mode: 0o755, Data: []byte("p")},
+		{Path: "/run/kolla-agent", Dir: true, Mode: 0o755, UID: 65534, GID: 65534},
+		{Path: "/var/lib/kolla-agent", Dir: true, Mode: 0o755, UID: 65534, GID: 65534},
+	}}}}
+	img, err := Build("../../images/kolla/Dockerfile", "localhost/kolla-x:dev", map[string]string{"AGENT": "kolla-agent", "BASE": "debian-root"},
+		Sources{Root: "../..", Images: map[string]Image{"kolla-agent": agent, "debian-root": {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/run/kolla-agent", "/var/lib/kolla-agent"} {
+		f, ok := img.file(p)
+		if !ok || !f.Dir || f.Mode != 0o2775 || f.UID != 0 || f.GID != 42400 {
+			t.Errorf("%s: %+v (found %v), want a directory 2775 root:42400", p, f, ok)
+		}
+	}
+}

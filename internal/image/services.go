@@ -82,6 +82,32 @@ func Services() []Service {
 			},
 			Hook: "images/kolla-debian/glance/extend_start.sh",
 		},
+		{
+			Name:     "rabbitmq",
+			Packages: []string{"rabbitmq-server"},
+			User:     "rabbitmq",
+			Customize: []string{
+				// kolla's image gives rabbitmq its configuration directory:
+				// config.json and the templates write there as rabbitmq.
+				`install -d -o 42439 -g 42439 "$1/etc/rabbitmq/conf.d"`,
+				`chown 42439:42439 "$1/etc/rabbitmq"`,
+				`rm -rf "$1"/var/lib/rabbitmq/*`,
+			},
+		},
+		{
+			Name:     "nova-conductor",
+			Packages: []string{"nova-conductor", "python3-pymysql"},
+			User:     "nova",
+			Customize: []string{
+				`chown -R 42436:42436 "$1/etc/nova"`,
+				`install -d -o 42436 -g 42436 "$1/var/lib/nova/tmp"`,
+				// Debian packages no kolla_start: here it is the agent's
+				// kolla mode, as images/kolla makes the entrypoint.
+				`printf '#!/bin/sh\nexec kolla-agent run "$@"\n' > "$1/usr/local/bin/kolla_start"`,
+				`chmod 755 "$1/usr/local/bin/kolla_start"`,
+			},
+			Hook: "images/kolla-debian/nova/extend_start.sh",
+		},
 	}
 }
 
