@@ -55,7 +55,7 @@ func (lw *listWatch) opts(rv string) metav1.ListOptions {
 
 func (lw *listWatch) list(ctx context.Context) (*unstructured.UnstructuredList, error) {
 	l, err := lw.c.List(ctx, lw.opts(""))
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !(apierrors.IsForbidden(err) && lw.sel.name != "") { // one object: watchSet GETs it instead
 		lw.onErr("list", err)
 	}
 	return l, err
@@ -71,7 +71,7 @@ func (lw *listWatch) watch(ctx context.Context, rv string) (watch.Interface, err
 	timeout := int64(300 + rand.IntN(300))
 	o.TimeoutSeconds = &timeout
 	wi, err := lw.c.Watch(ctx, o)
-	if err != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && !apierrors.IsForbidden(err) { // a refusal is told once by watchSet
 		lw.onErr("watch", err)
 	}
 	return wi, err

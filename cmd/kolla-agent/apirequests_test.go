@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -372,6 +373,98 @@ func TestAPIRequestsWatchRefused(t *testing.T) {
 	mkPod(t, ns, "mariadb-0", map[string]string{"app": "mariadb"})
 	setReady(t, ns, "mariadb-0", "10.10.0.5", true)
 	if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, "keystone-db-sync"); err != nil {
+		t.Fatal(err)
+	}
+	a.wantExit(0)
+}
+
+// The other dependency kinds under helm-toolkit's Role (get and list, no
+// watch): a DaemonSet's pod on the agent's node, pods by label on the same
+// node, a container of the agent's own pod. Each lookup polls with LIST at
+// most at kubernetes-entrypoint's pace (one GET per dependency every 2 s),
+// each refused WATCH is tried once, and once all are met the agent exits.
+func TestAPIRequestsWatchRefusedPodsDaemonSets(t *testing.T) {
+	ns := namespace(t)
+	mkPod(t, ns, "nova-compute-0", nil, "nova-compute", "libvirt-exporter")
+	mkPod(t, ns, "libvirt-0", map[string]string{"application": "libvirt"})
+	setReady(t, ns, "libvirt-0", "10.10.3.1", false)
+	setReady(t, ns, "nova-compute-0", "10.10.3.2", false)
+	labels := map[string]string{"app": "openvswitch"}
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "openvswitch", Namespace: ns},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "ovs", Image: "none"}}},
+			},
+		},
+	}
+	if _, err := client().AppsV1().DaemonSets(ns).Create(ctxT(t), ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ovs, err := s.env.Kubelet().WaitForPod(ctxT(t), ns, "app=openvswitch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setReady(t, ns, ovs.Name, "10.10.3.3", false)
+	env := withEnv(agentEnv(t, ns), "POD_NAME=nova-compute-0")
+	role, err := client().RbacV1().Roles(ns).Get(ctxT(t), "kolla-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = []rbacv1.PolicyRule{{
+		APIGroups: []string{"", "extensions", "batch", "apps", "discovery.k8s.io"},
+		Verbs:     []string{"get", "list"},
+		Resources: []string{"jobs", "pods", "services", "endpoints", "endpointslices", "daemonsets"},
+	}}
+	if _, err := client().RbacV1().Roles(ns).Update(ctxT(t), role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDenied(t, ns, "watch", "", "pods")
+	waitDenied(t, ns, "watch", "apps", "daemonsets")
+	deps := []string{"daemonset:openvswitch", "pod:application=libvirt@samenode", "container:libvirt-exporter"}
+	start := time.Now()
+	a := startAgent(t, env, append([]string{"wait", "--timeout", "5m"}, deps...)...)
+	a.waitLog("API watch refused")
+	time.Sleep(10 * time.Second) // the window: polling
+	a.running()
+	reqs := auditOf(t, ns, start)
+	window := time.Since(start)
+	// Per lookup: the path and its selectors.
+	polls := map[string]int{}
+	for _, r := range reqs {
+		u, err := url.Parse(r.RequestURI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		key := u.Path + "?" + q.Get("labelSelector") + "&" + q.Get("fieldSelector")
+		switch r.Verb {
+		case "list":
+			polls[key]++
+		case "get", "watch", "create": // its own pod, the refused watches, an Event
+		default:
+			t.Errorf("unexpected request %s %s", r.Verb, r.RequestURI)
+		}
+	}
+	incumbent := int(window/(2*time.Second)) + 1
+	for key, n := range polls {
+		if n > incumbent {
+			t.Errorf("%d LISTs of %s in %v: more than kubernetes-entrypoint's %d\n%s", n, key, window.Round(time.Millisecond), incumbent, requestLines(reqs, start))
+		}
+	}
+	if len(polls) < 3 {
+		t.Errorf("%d lookups polled, want one per dependency at least (%v)\n%s", len(polls), polls, requestLines(reqs, start))
+	}
+	// The DaemonSet exists at the first LIST: only its pods are watched.
+	if out := a.out.String(); strings.Count(out, "API watch refused") != 1 || !strings.Contains(out, "resource=pods") || strings.Contains(out, "unhealthy") {
+		t.Errorf("want one 'API watch refused' warning (pods) and no dependency made unhealthy by it:\n%s", out)
+	}
+	// Met after the first LISTs: the polls see it.
+	setReady(t, ns, ovs.Name, "10.10.3.3", true)
+	setReady(t, ns, "libvirt-0", "10.10.3.1", true)
+	if err := s.env.Kubelet().SetContainerReady(ctxT(t), ns, "nova-compute-0", "libvirt-exporter", true); err != nil {
 		t.Fatal(err)
 	}
 	a.wantExit(0)
