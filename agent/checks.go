@@ -2,6 +2,8 @@ package agent
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
@@ -119,8 +121,13 @@ func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checke
 			sources = append(sources, probes.OsloSource{Path: a.path(p), Dir: true})
 		}
 		if r.ConfigFile == "" && len(sources) == 0 && r.TransportURL == "" {
-			// The files the service itself reads, from its command line.
-			for _, s := range probes.OsloSources(m.argv) {
+			// The files the service itself reads: from its command line,
+			// else oslo.config's defaults for its name.
+			exists := func(p string, dir bool) bool {
+				fi, err := os.Stat(a.path(p))
+				return err == nil && fi.IsDir() == dir
+			}
+			for _, s := range probes.OsloSourcesOf(m.argv, exists) {
 				s.Path = a.path(s.Path)
 				sources = append(sources, s)
 			}
@@ -129,7 +136,7 @@ func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checke
 			case m.argv == nil:
 				return nil, fmt.Errorf("%s.rpc: give configFile, configFiles, configDirs or transportURL (the agent does not start the service here, so it has no command line to read them from)", f)
 			default:
-				return nil, fmt.Errorf("%s.rpc: give configFile, configFiles, configDirs or transportURL: the service's command line has no --config-file or --config-dir to read", f)
+				return nil, fmt.Errorf("%s.rpc: give configFile, configFiles, configDirs or transportURL: the service's command line has no --config-file or --config-dir, and none of oslo.config's default files for %s exists (/etc/PROJECT/NAME.conf, /etc/NAME.conf)", f, filepath.Base(m.argv[0]))
 			}
 		}
 		c, err := probes.NewRPC(probes.RPCConfig{

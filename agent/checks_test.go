@@ -103,7 +103,8 @@ func TestCheckSpecsBadInput(t *testing.T) {
 }
 
 // An rpc check that names no config reads the files the service does,
-// from its command line, in oslo.config's order.
+// from its command line, in oslo.config's order, or at oslo.config's
+// defaults for the program's name.
 func TestRPCCheckFromCommandLine(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "nova.conf"), []byte("[DEFAULT]\nhost = c1\n"), 0o644)
@@ -114,10 +115,23 @@ func TestRPCCheckFromCommandLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := New(Options{})
-	// Without the snippet, nova.conf has no transport_url: the error names
-	// the files read.
-	if _, err := a.checkSpecs(c, checkMeans{argv: []string{"nova-conductor"}}, false); err == nil || !strings.Contains(err.Error(), "the service's command line has no --config-file or --config-dir") {
+	// No config on the command line and none at oslo.config's defaults
+	// (an empty root): the error says where it looked.
+	empty := New(Options{Root: t.TempDir()})
+	if _, err := empty.checkSpecs(c, checkMeans{argv: []string{"nova-conductor"}}, false); err == nil || !strings.Contains(err.Error(), "none of oslo.config's default files for nova-conductor exists") {
 		t.Fatalf("a command line without config: %v", err)
+	}
+	// A bare nova-conductor reads /etc/nova/nova.conf and nova.conf.d.
+	root := t.TempDir()
+	os.MkdirAll(filepath.Join(root, "etc/nova/nova.conf.d"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/nova/nova.conf"), []byte("[DEFAULT]\nhost = c1\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "etc/nova/nova.conf.d/50-rabbit.conf"), []byte("[DEFAULT]\ntransport_url = rabbit://u:p@127.0.0.1:1/\n"), 0o644)
+	if specs, err := New(Options{Root: root}).checkSpecs(c, checkMeans{argv: []string{"nova-conductor"}}, false); err != nil || len(specs) != 1 {
+		t.Fatalf("oslo.config's defaults: %v", err)
+	}
+	os.Remove(filepath.Join(root, "etc/nova/nova.conf.d/50-rabbit.conf"))
+	if _, err := New(Options{Root: root}).checkSpecs(c, checkMeans{argv: []string{"nova-conductor"}}, false); err == nil || !strings.Contains(err.Error(), "etc/nova/nova.conf: [DEFAULT] transport_url: missing") {
+		t.Fatalf("oslo.config's default nova.conf without transport_url: %v", err)
 	}
 	argv := []string{"nova-conductor", "--config-file=" + filepath.Join(dir, "nova.conf")}
 	if _, err := a.checkSpecs(c, checkMeans{argv: argv}, false); err == nil || !strings.Contains(err.Error(), "nova.conf: [DEFAULT] transport_url: missing") {

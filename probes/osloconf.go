@@ -68,6 +68,58 @@ func OsloSources(argv []string) []OsloSource {
 	return out
 }
 
+// OsloSourcesOf is what a service started as argv reads: its own
+// --config-file and --config-dir arguments (OsloSources), and where one
+// kind is not given, oslo.config's defaults for it: for NAME the project
+// and then the program (nova, then nova-conductor), the first of
+// /etc/PROJECT/NAME.conf and /etc/NAME.conf that exists, and likewise the
+// NAME.conf.d directories. The project is the program's name up to its
+// first "-", as OpenStack's services are named. The user's ~/.PROJECT and
+// ~ are not searched: a container's service user keeps no config there.
+// exists is asked with paths as the service sees them.
+func OsloSourcesOf(argv []string, exists func(path string, dir bool) bool) []OsloSource {
+	own := OsloSources(argv)
+	var hasFile, hasDir bool
+	for _, s := range own {
+		hasFile, hasDir = hasFile || !s.Dir, hasDir || s.Dir
+	}
+	if len(argv) == 0 || (hasFile && hasDir) {
+		return own
+	}
+	prog := filepath.Base(argv[0])
+	if strings.HasPrefix(prog, "python") && len(argv) > 1 && !strings.HasPrefix(argv[1], "-") {
+		prog = filepath.Base(argv[1]) // python3 /usr/bin/nova-conductor
+	}
+	project, _, _ := strings.Cut(prog, "-")
+	names := []string{project}
+	if prog != project {
+		names = append(names, prog)
+	}
+	first := func(name string, dir bool) (OsloSource, bool) {
+		for _, p := range []string{filepath.Join("/etc", project, name), filepath.Join("/etc", name)} {
+			if exists(p, dir) {
+				return OsloSource{Path: p, Dir: dir}, true
+			}
+		}
+		return OsloSource{}, false
+	}
+	var files, dirs []OsloSource
+	for _, n := range names {
+		if f, ok := first(n+".conf", false); ok && !hasFile {
+			files = append(files, f)
+		}
+		if d, ok := first(n+".conf.d", true); ok && !hasDir {
+			dirs = append(dirs, d)
+		}
+	}
+	// oslo.config reads the files, then the directories; a given kind
+	// keeps its place in the command line's order.
+	if hasFile {
+		return append(own, dirs...)
+	}
+	return append(append(files, own...), dirs...)
+}
+
 // readOsloConfs reads sources as oslo.config does, in order, each
 // directory's *.conf sorted by name, and merges them: a later file's value
 // wins. A directory that does not exist is an error, as for oslo.config.

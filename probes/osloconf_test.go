@@ -353,3 +353,28 @@ func FuzzOsloSources(f *testing.F) {
 		}
 	})
 }
+
+// Where the command line names no config, oslo.config's defaults for the
+// program's name: a Debian or kolla nova-conductor started bare reads
+// /etc/nova/nova.conf and /etc/nova/nova.conf.d.
+func TestOsloSourcesOfDefaults(t *testing.T) {
+	have := map[string]bool{"/etc/nova/nova.conf": false, "/etc/nova/nova.conf.d": true, "/etc/nova/nova-conductor.conf": false, "/etc/glance.conf": false}
+	exists := func(p string, dir bool) bool { d, ok := have[p]; return ok && d == dir }
+	for _, tc := range []struct {
+		argv []string
+		want []OsloSource
+	}{
+		{[]string{"nova-conductor"}, []OsloSource{{Path: "/etc/nova/nova.conf"}, {Path: "/etc/nova/nova-conductor.conf"}, {Path: "/etc/nova/nova.conf.d", Dir: true}}},
+		{[]string{"/usr/bin/python3", "/usr/bin/nova-conductor"}, []OsloSource{{Path: "/etc/nova/nova.conf"}, {Path: "/etc/nova/nova-conductor.conf"}, {Path: "/etc/nova/nova.conf.d", Dir: true}}},
+		{[]string{"nova-conductor", "--config-file", "/x.conf"}, []OsloSource{{Path: "/x.conf"}, {Path: "/etc/nova/nova.conf.d", Dir: true}}},
+		{[]string{"nova-conductor", "--config-dir", "/d"}, []OsloSource{{Path: "/etc/nova/nova.conf"}, {Path: "/etc/nova/nova-conductor.conf"}, {Path: "/d", Dir: true}}},
+		{[]string{"nova-conductor", "--config-file=/a", "--config-dir=/d"}, []OsloSource{{Path: "/a"}, {Path: "/d", Dir: true}}},
+		{[]string{"glance-api"}, []OsloSource{{Path: "/etc/glance.conf"}}},
+		{[]string{"sleep", "100"}, nil},
+		{nil, nil},
+	} {
+		if got := OsloSourcesOf(tc.argv, exists); !slices.Equal(got, tc.want) {
+			t.Errorf("%q: %+v, want %+v", tc.argv, got, tc.want)
+		}
+	}
+}

@@ -135,7 +135,8 @@ type RPCCheck struct {
 	// oslo.config reads --config-file and then --config-dir (each
 	// directory's *.conf in name order; a later value wins). With none of
 	// these and no transportURL, the service's own --config-file and
-	// --config-dir arguments are read, in their order (run mode).
+	// --config-dir arguments are read, in their order, and oslo.config's
+	// defaults for its name where a kind is not given (run mode).
 	ConfigFiles []string `json:"configFiles,omitempty"`
 	ConfigDirs  []string `json:"configDirs,omitempty"`
 	// TransportURL instead of the config file's.
