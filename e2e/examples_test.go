@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
+	"github.com/kolla-agent/kolla-agent/internal/certs"
 	"github.com/kolla-agent/kolla-agent/internal/slice"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
@@ -460,11 +462,36 @@ func TestExamplesNovaSlice(t *testing.T) {
 	// The slice has neither keystone nor placement: nova-conductor's
 	// placement client (made at its start) is given placement's URL, so
 	// that it needs no discovery through keystone until it is used.
+	// A private CA mounted where kolla mounts custom CAs: nova-conductor's
+	// container runs as nova, and installs it with the image's
+	// kolla_copy_cacerts through sudo, as kolla_start does.
+	pki := t.TempDir()
+	if err := certs.WritePrivateCA(pki, "e2e private CA", "example.test"); err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(pki, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs = append(objs, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "kolla-ca", "namespace": ns},
+		"data":     map[string]any{"e2e-ca.pem": string(caPEM)},
+	}})
 	for _, o := range objs {
 		if o.GetKind() == "ConfigMap" && o.GetName() == "nova-conductor" {
 			conf, _, _ := unstructured.NestedString(o.Object, "data", "nova.conf")
 			conf = strings.Replace(conf, "[placement]\n", "[placement]\nendpoint_override = http://placement.openstack.svc.cluster.local:8778\n", 1)
 			unstructured.SetNestedField(o.Object, conf, "data", "nova.conf")
+		}
+		if o.GetKind() == "Deployment" && o.GetName() == "nova-conductor" {
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			c := cs[0].(map[string]any)
+			c["volumeMounts"] = append(c["volumeMounts"].([]any), map[string]any{"name": "kolla-ca", "mountPath": "/var/lib/kolla/share/ca-certificates", "readOnly": true})
+			unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers")
+			vs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+			vs = append(vs, map[string]any{"name": "kolla-ca", "configMap": map[string]any{"name": "kolla-ca"}})
+			unstructured.SetNestedSlice(o.Object, vs, "spec", "template", "spec", "volumes")
 		}
 	}
 	deleteAtEnd(t, ns)
@@ -497,8 +524,22 @@ func TestExamplesNovaSlice(t *testing.T) {
 		t.Errorf("the sidecar's /readyz?verbose:\n%s", verbose)
 	}
 
-	// The service killed in its container: the sidecar follows the new one.
+	// kolla's privilege model: the service's user, sudo for the CA step.
 	procs := podProcesses(t, p, "nova-conductor")
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", procs[0]))
+	if !regexp.MustCompile(`(?m)^Uid:\s+42436\s`).Match(status) {
+		t.Errorf("nova-conductor does not run as nova (42436):\n%s", status)
+	}
+	installed, err := os.ReadFile(fmt.Sprintf("/proc/%d/root/usr/local/share/ca-certificates/kolla-customca-e2e-ca.crt", procs[0]))
+	if err != nil || !bytes.Equal(installed, caPEM) {
+		t.Errorf("the CA in the container's trust store (kolla_copy_cacerts through sudo): %v", err)
+	}
+	bundle, _ := os.ReadFile(fmt.Sprintf("/proc/%d/root/etc/ssl/certs/ca-certificates.crt", procs[0]))
+	if !bytes.Contains(bundle, bytes.TrimSpace(caPEM)) {
+		t.Errorf("update-ca-certificates did not put the CA in the container's bundle")
+	}
+
+	// The service killed in its container: the sidecar follows the new one.
 	signalAll(t, procs, syscall.SIGKILL)
 	waitPod(t, ns, p.Name, "nova-conductor restarted by the kubelet, the pod Ready again", 5*time.Minute, func(p *corev1.Pod) bool {
 		restarted := false

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -39,6 +40,10 @@ type Service struct {
 	// Hook is the image's kolla_extend_start, a file of the repository
 	// ("" none): what kolla's extend_start.sh for the service does.
 	Hook string
+	// Sudo gives the image kolla's privilege model for its user: sudo, a
+	// sudoers rule that lets the group kolla run kolla_copy_cacerts as
+	// root, and that script (images/kolla-debian/base).
+	Sudo bool
 }
 
 // Ref is the image's reference.
@@ -98,6 +103,7 @@ func Services() []Service {
 			Name:     "nova-conductor",
 			Packages: []string{"nova-conductor", "python3-pymysql"},
 			User:     "nova",
+			Sudo:     true,
 			Customize: []string{
 				`chown -R 42436:42436 "$1/etc/nova"`,
 				`install -d -o 42436 -g 42436 "$1/var/lib/nova/tmp"`,
@@ -130,9 +136,13 @@ func ServiceRoot(cacheDir string, s Service) (string, error) {
 	appendTo := func(file string, lines []string) string {
 		return fmt.Sprintf(`printf '%%s\n' %s >> "$1/etc/%s"`, quoteAll(lines), file)
 	}
+	pkgs := s.Packages
+	if s.Sudo {
+		pkgs = append(slices.Clone(pkgs), "sudo", "ca-certificates")
+	}
 	r := Root{
 		Suite:    "bookworm",
-		Packages: s.Packages,
+		Packages: pkgs,
 		// Before the packages, whose scripts then find the users.
 		Essential: []string{appendTo("passwd", passwd), appendTo("shadow", shadow), appendTo("group", group), appendTo("gshadow", gshadow)},
 		Customize: append(append(homes,
@@ -161,6 +171,23 @@ func ServiceImage(repo string, s Service, agent Image, root string) (Image, erro
 			return Image{}, fmt.Errorf("image %s: %w", s.Name, err)
 		}
 		base.Layers = append(base.Layers, Layer{Files: []File{{Path: "/usr/local/bin/kolla_extend_start", Mode: 0o644, Data: b}}})
+	}
+	if s.Sudo {
+		var files []File
+		for _, f := range []struct {
+			src, dest string
+			mode      int64
+		}{
+			{"images/kolla-debian/base/kolla_copy_cacerts", "/usr/local/bin/kolla_copy_cacerts", 0o755},
+			{"images/kolla-debian/base/sudoers", "/etc/sudoers.d/kolla", 0o440},
+		} {
+			b, err := os.ReadFile(filepath.Join(repo, f.src))
+			if err != nil {
+				return Image{}, fmt.Errorf("image %s: %w", s.Name, err)
+			}
+			files = append(files, File{Path: f.dest, Mode: f.mode, Data: b})
+		}
+		base.Layers = append(base.Layers, Layer{Files: files})
 	}
 	src := Sources{Root: repo, Images: map[string]Image{"kolla-agent": agent, "debian-root": base}}
 	return Build(filepath.Join(repo, "images/kolla/Dockerfile"), s.Ref(), map[string]string{"AGENT": "kolla-agent", "BASE": "debian-root"}, src)
