@@ -97,8 +97,12 @@ func (l *Lease) Acquire(ctx context.Context) (held context.Context, release func
 	select {
 	case <-r.acquired:
 		return held, release, nil
-	default: // the loop ended without ctx ending: cannot happen, but never block or lie
+	default:
 		release()
+		if r.refused != nil {
+			return nil, nil, r.refused
+		}
+		// the loop ended without ctx ending: cannot happen, but never block or lie
 		return nil, nil, fmt.Errorf("%s: the watch ended", r.what())
 	}
 }
@@ -128,6 +132,7 @@ type leaseRun struct {
 	secs       int32 // dur in whole seconds, as written
 
 	synced     bool                       // the watch has delivered a first set
+	refused    error                      // the API server refused to write the Lease (403)
 	obj        *unstructured.Unstructured // last known Lease (own copy); nil = absent
 	rec        leaseRecord                // obj's spec
 	observedAt time.Time                  // local time rec was last seen to change: expiry counts from here
@@ -224,7 +229,7 @@ func (r *leaseRun) loop(ctx context.Context, stop context.CancelFunc, sets <-cha
 		if r.synced { // nothing is decided before the Lease's state is known
 			next = r.step(ctx)
 		}
-		if r.lost {
+		if r.lost || r.refused != nil {
 			return
 		}
 	}
@@ -339,6 +344,12 @@ func (r *leaseRun) step(ctx context.Context) time.Duration {
 		return -1
 	case apierrors.IsConflict(err), apierrors.IsAlreadyExists(err), apierrors.IsNotFound(err):
 		// Someone else wrote first: the watch brings what they wrote.
+		return -1
+	case apierrors.IsForbidden(err):
+		// Not a race to retry: the Role lacks a verb, and waiting would
+		// only end at the bootstrap's timeout.
+		r.refused = fmt.Errorf("%s: %v; the pod's Role needs {apiGroups: [%q], resources: [%q], verbs: [get, list, watch, create, update]} (examples/rbac/bootstrap-lease.yaml)",
+			r.what(), err, LeaseGVR.Group, LeaseGVR.Resource)
 		return -1
 	}
 	r.retryAt = now.Add(r.backoff.Step())

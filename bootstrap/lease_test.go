@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
 )
@@ -256,5 +258,31 @@ func TestLeaseInvalid(t *testing.T) {
 		if _, _, err := l.Acquire(context.Background()); err == nil {
 			t.Errorf("%+v: no error", *l)
 		}
+	}
+}
+
+// A Role that lets the agent read Leases but not write them: Acquire ends
+// at once with the verb refused and the rule that would fix it, instead of
+// retrying until the bootstrap's timeout.
+func TestLeaseWriteRefused(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kc, err := env.AgentKubeconfig(ctx, ns, rbacv1.PolicyRule{APIGroups: []string{LeaseGVR.Group}, Resources: []string{LeaseGVR.Resource}, Verbs: []string{"get", "list", "watch"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := discovery.NewKube(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Lease{Kube: k, Namespace: ns, Name: "db-sync", Identity: "keystone-0"}
+	_, _, err = l.Acquire(ctx) // a retry until ctx's minute would end with ctx's error
+	if err == nil || !strings.Contains(err.Error(), "forbidden") || !strings.Contains(err.Error(), `verbs: [get, list, watch, create, update]`) {
+		t.Fatalf("Acquire: %v", err)
 	}
 }
