@@ -207,6 +207,9 @@ func (c *Coordinator) createJob(ctx context.Context, spec JobSpec, s Step, attem
 		case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
 			return fmt.Errorf("%w: %s: %v", ErrInvalid, spec.Source, err)
 		}
+		if apierrors.IsForbidden(err) { // retried: a RoleBinding may come a moment after the pod
+			err = fmt.Errorf("%v; the pod's Role needs {apiGroups: [batch], resources: [jobs], verbs: [create]} (examples/rbac/bootstrap-create.yaml)", err)
+		}
 		c.report(s, Waiting, "", "cannot create job %s: %v", j.GetName(), err)
 		if !sleep(ctx, bo.Step()) {
 			return timedOut(ctx, s, fmt.Sprintf("cannot create job %s: %v", j.GetName(), err))
