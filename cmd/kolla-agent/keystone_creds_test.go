@@ -20,6 +20,12 @@ import (
 // keystoneToken asks Keystone for a token with scope (the JSON of auth.scope)
 // as the bootstrap admin, and returns it with the user's ID.
 func keystoneToken(t *testing.T, hc *http.Client, base, scope string) (token, userID string) {
+	token, userID, _ = keystoneTokenIDs(t, hc, base, scope)
+	return token, userID
+}
+
+// keystoneTokenIDs is keystoneToken with the project's ID too (a project scope).
+func keystoneTokenIDs(t *testing.T, hc *http.Client, base, scope string) (token, userID, projectID string) {
 	t.Helper()
 	auth := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":%q,"password":%q,"domain":{"name":"Default"}}}},"scope":%s}}`,
 		keystone.AdminUser, keystone.AdminPassword, scope)
@@ -30,13 +36,14 @@ func keystoneToken(t *testing.T, hc *http.Client, base, scope string) (token, us
 	defer resp.Body.Close()
 	var body struct {
 		Token struct {
-			User struct{ ID string } `json:"user"`
+			User    struct{ ID string } `json:"user"`
+			Project struct{ ID string } `json:"project"`
 		} `json:"token"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("token: %s %v", resp.Status, err)
 	}
-	return resp.Header.Get("X-Subject-Token"), body.Token.User.ID
+	return resp.Header.Get("X-Subject-Token"), body.Token.User.ID, body.Token.Project.ID
 }
 
 const (
@@ -242,7 +249,8 @@ func TestEndpointsKeystoneEnforcedScopeTLSRegions(t *testing.T) {
 
 // An application credential (OS_AUTH_TYPE=v3applicationcredential), made
 // by the admin for itself, registers in the real Keystone; its scope is
-// the credential's own (the Secret's OS_PROJECT_* are not sent).
+// the credential's own (the Secret's OS_PROJECT_* are not sent). A token
+// (OS_AUTH_TYPE=token) and the user and project by IDs work too.
 func TestEndpointsApplicationCredential(t *testing.T) {
 	inst, err := keystoneOnce()
 	if err != nil {
@@ -280,6 +288,21 @@ func TestEndpointsApplicationCredential(t *testing.T) {
 	a.wantExit(0)
 	if got := endpointsOf(t, hc, ks.URL, projectScope, name); !slices.Equal(got, []string{"internal http://glance-api:9292 RegionOne"}) {
 		t.Fatalf("catalog %q\n%s", got, a.out.String())
+	}
+	// A token (OS_AUTH_TYPE=token), and the user and project by their IDs:
+	// the catalog is as it was.
+	_, userID, projectID := keystoneTokenIDs(t, hc, ks.URL, projectScope)
+	tok, _ := keystoneToken(t, hc, ks.URL, projectScope)
+	for what, kv := range map[string]map[string]string{
+		"token": {"OS_AUTH_URL": ks.URL + "/v3", "OS_AUTH_TYPE": "token", "OS_TOKEN": tok, "OS_PROJECT_ID": projectID, "OS_REGION_NAME": "RegionOne"},
+		"IDs":   {"OS_AUTH_URL": ks.URL + "/v3", "OS_USER_ID": userID, "OS_PASSWORD": keystone.AdminPassword, "OS_PROJECT_ID": projectID, "OS_REGION_NAME": "RegionOne"},
+	} {
+		y := fmt.Sprintf("namespace: %s\nbootstrap:\n  endpoints:\n    credentials: %s\n    type: image\n    name: %s\n    internal: {url: \"http://glance-api:9292\"}\n", ns, secretDir(t, kv), name)
+		a := startAgent(t, exposureEnv(t, ns), "--config", agentYAML(t, y), "endpoints")
+		a.wantExit(0)
+		if !strings.Contains(a.out.String(), "the catalog is up to date") {
+			t.Errorf("%s:\n%s", what, a.out.String())
+		}
 	}
 	os.WriteFile(filepath.Join(creds, "OS_APPLICATION_CREDENTIAL_SECRET"), []byte("wrong"), 0o600)
 	bad := startAgent(t, exposureEnv(t, ns), "--config", cfg, "endpoints")
