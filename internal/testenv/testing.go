@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,14 @@ func runWith(m *testing.M, o Options, setup func(*Env)) int {
 		code = 1
 	}
 	if code != 0 {
-		fmt.Fprintf(os.Stderr, "testenv: logs kept in %s\n", dir)
+		// The logs are for the reader; the images and containerd's store
+		// (gigabytes with the slice's images) are not, and a few failed
+		// runs would fill the disk (the kubelet then evicts pods).
+		tars, _ := filepath.Glob(filepath.Join(dir, "*.tar"))
+		for _, p := range append(tars, env.nodePath("containerd/root"), env.nodePath("images")) {
+			os.RemoveAll(p)
+		}
+		fmt.Fprintf(os.Stderr, "testenv: logs kept in %s (the images removed)\n", dir)
 		return code
 	}
 	os.RemoveAll(dir)
