@@ -21,6 +21,7 @@ import (
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/internal/keystone"
 	"github.com/kolla-agent/kolla-agent/internal/slice"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 	corev1 "k8s.io/api/core/v1"
@@ -680,49 +681,23 @@ func watchLast(t *testing.T, ns, name string) func() *corev1.Pod {
 // keystoneToken is a project-scoped token of the slice's admin.
 func keystoneToken(t *testing.T, base, password string) string {
 	t.Helper()
-	body := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":"admin","domain":{"name":"Default"},"password":%q}}},"scope":{"project":{"name":"admin","domain":{"name":"Default"}}}}}`, password)
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}
-	resp, err := c.Post(base+"/v3/auth/tokens", "application/json", bytes.NewBufferString(body))
+	token, _, _, err := keystone.Token(&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}, base, "admin", password,
+		`{"project":{"name":"admin","domain":{"name":"Default"}}}`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("token: %s", resp.Status)
-	}
-	return resp.Header.Get("X-Subject-Token")
+	return token
 }
 
 // catalogOf lists the endpoints of the service named name as "interface
 // URL region", sorted.
 func catalogOf(t *testing.T, base, token, name string) []string {
 	t.Helper()
-	var svcs struct {
-		Services []struct{ ID, Name string } `json:"services"`
-	}
-	if err := json.Unmarshal([]byte(getWith(base+"/v3/services", token)), &svcs); err != nil {
+	eps, err := keystone.Endpoints(&http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil}}, base, token, name)
+	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, s := range svcs.Services {
-		if s.Name != name {
-			continue
-		}
-		var eps struct {
-			Endpoints []struct {
-				Interface, URL string
-				Region         string `json:"region_id"`
-			} `json:"endpoints"`
-		}
-		if err := json.Unmarshal([]byte(getWith(base+"/v3/endpoints?service_id="+s.ID, token)), &eps); err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range eps.Endpoints {
-			out = append(out, e.Interface+" "+e.URL+" "+e.Region)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return eps
 }
 
 // getWith GETs url with X-Auth-Token: the body, or the status and body when

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -24,45 +22,15 @@ import (
 // name, as interface -> URLs.
 func catalog(t *testing.T, base, name string) map[string][]string {
 	t.Helper()
-	auth := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":%q,"password":%q,"domain":{"name":"Default"}}}},"scope":{"project":{"name":%q,"domain":{"name":"Default"}}}}}`,
-		keystone.AdminUser, keystone.AdminPassword, keystone.AdminProject)
-	resp, err := http.Post(base+"/v3/auth/tokens", "application/json", bytes.NewReader([]byte(auth)))
+	token, _ := keystoneToken(t, http.DefaultClient, base, projectScope)
+	eps, err := keystone.Endpoints(http.DefaultClient, base, token, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	token := resp.Header.Get("X-Subject-Token")
-	get := func(path string, out any) {
-		req, _ := http.NewRequest("GET", base+path, nil)
-		req.Header.Set("X-Auth-Token", token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var svcs struct {
-		Services []struct{ ID, Name string } `json:"services"`
-	}
-	get("/v3/services", &svcs)
 	out := map[string][]string{}
-	for _, s := range svcs.Services {
-		if s.Name != name {
-			continue
-		}
-		var eps struct {
-			Endpoints []struct {
-				Interface, URL string
-				Region         string `json:"region_id"`
-			} `json:"endpoints"`
-		}
-		get("/v3/endpoints?service_id="+s.ID, &eps)
-		for _, e := range eps.Endpoints {
-			out[e.Interface] = append(out[e.Interface], e.URL+" "+e.Region)
-		}
+	for _, e := range eps {
+		iface, rest, _ := strings.Cut(e, " ")
+		out[iface] = append(out[iface], rest)
 	}
 	return out
 }

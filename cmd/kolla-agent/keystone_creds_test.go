@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
@@ -27,23 +26,11 @@ func keystoneToken(t *testing.T, hc *http.Client, base, scope string) (token, us
 // keystoneTokenIDs is keystoneToken with the project's ID too (a project scope).
 func keystoneTokenIDs(t *testing.T, hc *http.Client, base, scope string) (token, userID, projectID string) {
 	t.Helper()
-	auth := fmt.Sprintf(`{"auth":{"identity":{"methods":["password"],"password":{"user":{"name":%q,"password":%q,"domain":{"name":"Default"}}}},"scope":%s}}`,
-		keystone.AdminUser, keystone.AdminPassword, scope)
-	resp, err := hc.Post(base+"/v3/auth/tokens", "application/json", bytes.NewReader([]byte(auth)))
+	token, userID, projectID, err := keystone.Token(hc, base, keystone.AdminUser, keystone.AdminPassword, scope)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var body struct {
-		Token struct {
-			User    struct{ ID string } `json:"user"`
-			Project struct{ ID string } `json:"project"`
-		} `json:"token"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("token: %s %v", resp.Status, err)
-	}
-	return resp.Header.Get("X-Subject-Token"), body.Token.User.ID, body.Token.Project.ID
+	return token, userID, projectID
 }
 
 const (
@@ -56,43 +43,11 @@ const (
 func endpointsOf(t *testing.T, hc *http.Client, base, scope, name string) []string {
 	t.Helper()
 	token, _ := keystoneToken(t, hc, base, scope)
-	get := func(path string, out any) {
-		req, _ := http.NewRequest("GET", base+path, nil)
-		req.Header.Set("X-Auth-Token", token)
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET %s: %s", path, resp.Status)
-		}
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-			t.Fatal(err)
-		}
+	eps, err := keystone.Endpoints(hc, base, token, name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	var svcs struct {
-		Services []struct{ ID, Name string } `json:"services"`
-	}
-	get("/v3/services", &svcs)
-	var out []string
-	for _, s := range svcs.Services {
-		if s.Name != name {
-			continue
-		}
-		var eps struct {
-			Endpoints []struct {
-				Interface, URL string
-				Region         string `json:"region_id"`
-			} `json:"endpoints"`
-		}
-		get("/v3/endpoints?service_id="+s.ID, &eps)
-		for _, e := range eps.Endpoints {
-			out = append(out, e.Interface+" "+e.URL+" "+e.Region)
-		}
-	}
-	slices.Sort(out)
-	return out
+	return eps
 }
 
 func secretDir(t *testing.T, kv map[string]string) string {
