@@ -309,18 +309,11 @@ func TestAPIRequestsWatchRefused(t *testing.T) {
 	mkJob(t, ns, "keystone-db-sync", nil)
 	env := agentEnv(t, ns)
 	// The Role as helm-toolkit renders it for services and jobs.
-	role, err := client().RbacV1().Roles(ns).Get(ctxT(t), "kolla-agent", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	role.Rules = []rbacv1.PolicyRule{{
+	setRole(t, ns, []rbacv1.PolicyRule{{
 		APIGroups: []string{"", "extensions", "batch", "apps", "discovery.k8s.io"},
 		Verbs:     []string{"get", "list"},
 		Resources: []string{"jobs", "pods", "services", "endpoints", "endpointslices"},
-	}}
-	if _, err := client().RbacV1().Roles(ns).Update(ctxT(t), role, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	}}...)
 	waitDenied(t, ns, "watch", "batch", "jobs")
 	deps := []string{"service:mariadb", "job:keystone-db-sync"}
 	start := time.Now()
@@ -409,18 +402,11 @@ func TestAPIRequestsWatchRefusedPodsDaemonSets(t *testing.T) {
 	}
 	setReady(t, ns, ovs.Name, "10.10.3.3", false)
 	env := withEnv(agentEnv(t, ns), "POD_NAME=nova-compute-0")
-	role, err := client().RbacV1().Roles(ns).Get(ctxT(t), "kolla-agent", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	role.Rules = []rbacv1.PolicyRule{{
+	setRole(t, ns, []rbacv1.PolicyRule{{
 		APIGroups: []string{"", "extensions", "batch", "apps", "discovery.k8s.io"},
 		Verbs:     []string{"get", "list"},
 		Resources: []string{"jobs", "pods", "services", "endpoints", "endpointslices", "daemonsets"},
-	}}
-	if _, err := client().RbacV1().Roles(ns).Update(ctxT(t), role, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	}}...)
 	waitDenied(t, ns, "watch", "", "pods")
 	waitDenied(t, ns, "watch", "apps", "daemonsets")
 	deps := []string{"daemonset:openvswitch", "pod:application=libvirt@samenode", "container:libvirt-exporter"}
@@ -481,18 +467,11 @@ func TestAPIRequestsGetOnlyCustomResource(t *testing.T) {
 	dyn, gadgets := ensureCRD(t, "refusal.kolla-agent.dev", "gadgets", "Gadget")
 	env := withEnv(agentEnv(t, ns), "POD_NAME=glance-api-0")
 	mkPod(t, ns, "glance-api-0", nil)
-	role, err := client().RbacV1().Roles(ns).Get(ctxT(t), "kolla-agent", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	role.Rules = []rbacv1.PolicyRule{
+	setRole(t, ns, []rbacv1.PolicyRule{
 		{APIGroups: []string{"", "extensions", "batch", "apps", "discovery.k8s.io"}, Verbs: []string{"get", "list"}, Resources: []string{"jobs", "pods", "services", "endpoints", "endpointslices"}},
 		{APIGroups: []string{gadgets.Group}, Verbs: []string{"get"}, Resources: []string{gadgets.Resource}},
 		{APIGroups: []string{""}, Verbs: []string{"create"}, Resources: []string{"events"}}, // not helm-toolkit's: to see the Event
-	}
-	if _, err := client().RbacV1().Roles(ns).Update(ctxT(t), role, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	}...)
 	waitDenied(t, ns, "list", gadgets.Group, gadgets.Resource)
 	start := time.Now()
 	a := startAgent(t, env, "wait", "--timeout", "5m", "resource:refusal.kolla-agent.dev/v1/Gadget/"+ns+"/w1?spec.size=3")
@@ -537,6 +516,19 @@ func TestAPIRequestsGetOnlyCustomResource(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.wantExit(0)
+}
+
+// setRole replaces the rules of the agent's Role in ns.
+func setRole(t *testing.T, ns string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
+	role, err := client().RbacV1().Roles(ns).Get(ctxT(t), "kolla-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	role.Rules = rules
+	if _, err := client().RbacV1().Roles(ns).Update(ctxT(t), role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitDenied waits until the agent's ServiceAccount may no longer verb the
