@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kolla-agent/kolla-agent/redact"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -496,7 +497,7 @@ func (a *Agent) ConfigFailed(p *Plan, err error) {
 // container stopped (at most 4096 bytes of it).
 func (a *Agent) writeTerminationMessage(p *Plan, msg string) {
 	if path := a.path(p.TerminationMessagePath); path != "" {
-		if werr := os.WriteFile(path, []byte(truncate(msg, 4096)), 0o644); werr != nil {
+		if werr := os.WriteFile(path, []byte(truncate(redact.Text(msg), 4096)), 0o644); werr != nil {
 			a.log.Debug("termination message not written", "path", path, "error", werr.Error())
 		}
 	}

@@ -396,6 +396,7 @@ func (a *Agent) runCommand(ctx context.Context, p *Plan, argv []string) (int, er
 		Command:    argv,
 		Env:        a.childEnv(cred),
 		Credential: cred,
+		QuietArgs:  true,
 		Grace:      config0(p).Grace(),
 		Logger:     a.log,
 		Signals:    forwarded(),
@@ -405,14 +406,16 @@ func (a *Agent) runCommand(ctx context.Context, p *Plan, argv []string) (int, er
 	if err != nil {
 		return 0, configErr("bootstrap command: %v", err)
 	}
-	a.log.Info("running the bootstrap command", "command", argv)
+	// Only the program: the arguments come from a template that may have
+	// read a Secret (--password ...), and no redaction can know that.
+	a.log.Info("running the bootstrap command", "program", argv[0], "args", len(argv)-1)
 	code, err := s.Run(ctx)
 	if err == nil && code == 0 {
 		return 0, nil
 	}
-	msg := fmt.Sprintf("bootstrap command %q exited with %d", strings.Join(argv, " "), code)
+	msg := fmt.Sprintf("bootstrap command %s exited with %d", argv[0], code)
 	if err != nil {
-		msg = fmt.Sprintf("bootstrap command %q did not run: %v", strings.Join(argv, " "), err)
+		msg = fmt.Sprintf("bootstrap command %s did not run: %v", argv[0], err)
 	}
 	if t := tail.String(); t != "" {
 		msg += "; last output:\n" + t

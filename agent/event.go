@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"github.com/kolla-agent/kolla-agent/redact"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ func postEvent(ctx context.Context, kube *discovery.Kube, ns, pod, typ, reason, 
 			"uid": ref.UID, "resourceVersion": ref.ResourceVersion,
 		},
 		"reason":             reason,
-		"message":            truncate(msg, 1024),
+		"message":            truncate(redact.Text(msg), 1024),
 		"type":               typ,
 		"source":             map[string]any{"component": "kolla-agent", "host": ref.NodeName},
 		"firstTimestamp":     now,

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"regexp"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -54,12 +56,21 @@ func (a *Agent) newLogs(p *Plan) (*logsRun, error) {
 	if lc.Multiline.FirstLine != "" {
 		lr.cfg.FirstLine = regexp.MustCompile(lc.Multiline.FirstLine) // validated with the config
 	}
-	tlsConf, err := a.logsTLS(lc.Sink)
+	tlsConf, err := logsTLS(lc.Sink, a.path)
 	if err != nil {
 		return nil, configErr("%s: logs.sink.tls: %v", p.Source, err)
 	}
 	switch s := lc.Sink; s.Type {
 	case "forward":
+		if s.SharedKeyFile != "" {
+			b, err := os.ReadFile(a.path(s.SharedKeyFile))
+			if err != nil {
+				return nil, configErr("%s: logs.sink.sharedKeyFile: %v", p.Source, err)
+			}
+			if s.SharedKey = strings.TrimRight(string(b), "\r\n"); s.SharedKey == "" {
+				return nil, configErr("%s: logs.sink.sharedKeyFile: %s is empty", p.Source, s.SharedKeyFile)
+			}
+		}
 		// The forward client retries inside a Send until the ack: its
 		// outage is seen through OnHealth.
 		f, err := logs.NewForward(logs.ForwardConfig{Address: s.Address, SharedKey: s.SharedKey, SelfHostname: p.PodName, TLS: tlsConf, AckTimeout: lc.AckWait(), Logger: a.log,
@@ -86,14 +97,19 @@ func (a *Agent) newLogs(p *Plan) (*logsRun, error) {
 	return lr, nil
 }
 
-// logsTLS is the sink's TLS config; nil for plain TCP.
-func (a *Agent) logsTLS(s config.LogSink) (*tls.Config, error) {
+// logsTLS is the sink's TLS config; nil for plain TCP. The name checked is
+// serverName, else the address's host, as a browser checks the URL's: a
+// client that sets none cannot verify at all.
+func logsTLS(s config.LogSink, path func(string) string) (*tls.Config, error) {
 	if s.TLS == nil {
 		return nil, nil
 	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.TLS.InsecureSkipVerify}
+	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.TLS.InsecureSkipVerify, ServerName: s.TLS.ServerName}
+	if c.ServerName == "" {
+		c.ServerName, _, _ = net.SplitHostPort(s.Address) // validated with the config
+	}
 	if s.TLS.CAFile != "" {
-		pool, err := certs.Pool(a.path(s.TLS.CAFile))
+		pool, err := certs.Pool(path(s.TLS.CAFile))
 		if err != nil {
 			return nil, fmt.Errorf("caFile: %w", err)
 		}
@@ -126,6 +142,7 @@ type logMetrics struct {
 	a                  *Agent
 	records, byteCount prometheus.Counter
 	failures           prometheus.Counter
+	skipped            *prometheus.CounterVec
 }
 
 func newLogMetrics(a *Agent) *logMetrics {
@@ -144,7 +161,11 @@ func newLogMetrics(a *Agent) *logMetrics {
 			Help: "Failed attempts to ship logs (the sink, reading a file, saving the offsets); the records stay in the files and are shipped again.",
 		}),
 	}
-	a.registry.MustRegister(m.records, m.byteCount, m.failures)
+	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "kolla_agent_log_files_skipped_total",
+		Help: "Paths under a logs glob that were not regular files (a symlink, FIFO, socket or device) and were skipped unopened, by what they were.",
+	}, []string{"type"})
+	a.registry.MustRegister(m.records, m.byteCount, m.failures, m.skipped)
 	return m
 }
 
@@ -159,6 +180,8 @@ func (m *logMetrics) Failed(err error) {
 		h.SetDegraded("logs", "shipping fails: "+err.Error())
 	}
 }
+
+func (m *logMetrics) Skipped(_, what string) { m.skipped.WithLabelValues(what).Inc() }
 
 func (m *logMetrics) Recovered() {
 	if h := m.a.health.Load(); h != nil {

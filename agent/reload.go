@@ -299,7 +299,13 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 	c.Settled = rr.settled
 	rr.health = health
 	c.Exec = func(ctx context.Context, argv []string) (string, error) {
-		return probes.NewExec(argv, means.spawner, means.env).Check(ctx)
+		detail, err := probes.NewExec(argv, means.spawner, means.env).Check(ctx)
+		if ee := (*probes.ExecError)(nil); errors.As(err, &ee) && ee.Output != "" {
+			// Its output says why, but may hold what the config holds: the
+			// log only, not the Event or the probes' reason.
+			a.log.Warn("reload: validator failed", "command", argv[0], "verdict", ee.Verdict, "output", ee.Output)
+		}
+		return detail, err
 	}
 	var err error
 	if rr.r, err = reload.New(c); err != nil {

@@ -1,7 +1,9 @@
 package discovery
 
 import (
+	"errors"
 	"fmt"
+	"github.com/kolla-agent/kolla-agent/redact"
 	"net"
 	"net/url"
 	"sort"
@@ -93,7 +95,8 @@ type FieldMatch struct{ Path, Value string }
 type ConditionMatch struct{ Type, Status string }
 
 // String renders the dependency in the wait syntax; Parse(d.String()) gives d
-// back (but for Timeout and ExpectStatus, which the syntax does not carry).
+// back (but for Timeout and ExpectStatus, which the syntax does not carry,
+// and a URL's credentials, which it hides).
 func (d Dependency) String() string {
 	ns := func(rest string) string {
 		if d.Namespace == "" {
@@ -103,7 +106,7 @@ func (d Dependency) String() string {
 	}
 	switch d.Kind {
 	case KindHTTP:
-		return d.URL
+		return redact.URL(d.URL) // it names the dependency in logs, Events and metric labels
 	case KindTCP:
 		return "tcp:" + d.Address
 	case KindFile, KindSocket:
@@ -177,6 +180,9 @@ func FormatLabels(m map[string]string) string {
 func Parse(s string) (Dependency, error) {
 	d, err := parse(s)
 	if err != nil {
+		if strings.Contains(s, "://") {
+			s = redact.URL(s)
+		}
 		return Dependency{}, fmt.Errorf("dependency %q: %w", s, err)
 	}
 	return d, nil
@@ -185,6 +191,9 @@ func Parse(s string) (Dependency, error) {
 func parse(s string) (Dependency, error) {
 	if strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") {
 		u, err := url.Parse(s)
+		if ue := (*url.Error)(nil); errors.As(err, &ue) {
+			err = ue.Err // its own text repeats the URL, password and all
+		}
 		if err != nil {
 			return Dependency{}, fmt.Errorf("bad URL: %v", err)
 		}

@@ -288,3 +288,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A URL's password is used to wait but never shown: String() names the
+// dependency in logs, Events and metric labels, and a parse error quotes
+// the input.
+func TestSpecHidesURLPassword(t *testing.T) {
+	d, err := Parse("http://admin:S3cretPW@127.0.0.1:9/v3?token=T0kenX")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.URL != "http://admin:S3cretPW@127.0.0.1:9/v3?token=T0kenX" {
+		t.Errorf("URL %q: the wait must use the credentials", d.URL)
+	}
+	if got := d.String(); got != "http://admin:***@127.0.0.1:9/v3?token=***" {
+		t.Errorf("String() = %q", got)
+	}
+	_, err = Parse("http://admin:S3cretPW@[::1/x")
+	if err == nil || strings.Contains(err.Error(), "S3cretPW") {
+		t.Errorf("Parse error %v shows the password", err)
+	}
+}

@@ -46,31 +46,39 @@ func NewExec(argv []string, sp Spawner, env []string) *ExecCheck {
 	return &ExecCheck{argv: append([]string(nil), argv...), sp: sp, env: env}
 }
 
-// Check implements Checker.
+// Check implements Checker. A failure is an *ExecError; a pass's output
+// is dropped (see ExecError).
 func (c *ExecCheck) Check(ctx context.Context) (string, error) {
+	verdict, out, err := c.look(ctx)
+	switch {
+	case err != nil:
+		return "", err
+	case verdict == "exit 0":
+		return verdict, nil
+	}
+	return "", &ExecError{Verdict: verdict, Output: out}
+}
+
+// look runs the command once: its verdict ("exit 0" passes) and output, or
+// an error when it could not be started.
+func (c *ExecCheck) look(ctx context.Context) (verdict, out string, err error) {
 	if len(c.argv) == 0 || c.argv[0] == "" {
-		return "", errors.New("exec check: no command")
+		return "", "", errors.New("exec check: no command")
 	}
 	if err := ctx.Err(); err != nil {
-		return "", fmt.Errorf("exec %s: not started: %w", c.argv[0], err)
+		return "", "", fmt.Errorf("exec %s: not started: %w", c.argv[0], err)
 	}
 	path, err := lookPathIn(c.argv[0], c.searchPath())
 	if err != nil {
-		return "", fmt.Errorf("exec %s: %w", c.argv[0], err)
+		return "", "", fmt.Errorf("exec %s: %w", c.argv[0], err)
 	}
 	ws, out, ctxErr, err := c.run(ctx, append([]string{path}, c.argv[1:]...))
 	if err != nil {
-		return "", fmt.Errorf("exec %s: %w", c.argv[0], err)
+		return "", "", fmt.Errorf("exec %s: %w", c.argv[0], err)
 	}
-	var verdict string
 	switch {
 	case ctxErr != nil:
 		verdict = fmt.Sprintf("%v, process group killed", ctxErr)
-	case ws.Exited() && ws.ExitStatus() == 0:
-		if out == "" {
-			return "exit 0", nil
-		}
-		return out, nil
 	case ws.Exited():
 		verdict = fmt.Sprintf("exit %d", ws.ExitStatus())
 	case ws.Signaled():
@@ -78,10 +86,23 @@ func (c *ExecCheck) Check(ctx context.Context) (string, error) {
 	default:
 		verdict = fmt.Sprintf("wait status %#x", uint32(ws))
 	}
-	if out != "" {
-		verdict += ": " + out
+	return verdict, out, nil
+}
+
+// ExecError is a failed exec check. Its output is kept apart from its
+// message: a script's output may print what it read (DB_PASSWORD=...), and
+// the message becomes the check's reason, which probe answers and metrics
+// show. The output goes to the agent's log only.
+type ExecError struct {
+	Verdict string // "exit 1", "killed by signal 9 (killed)"
+	Output  string // its last execOutputMax bytes, trimmed
+}
+
+func (e *ExecError) Error() string {
+	if e.Output != "" {
+		return e.Verdict + " (its output is in the agent's log)"
 	}
-	return "", errors.New(verdict)
+	return e.Verdict
 }
 
 // run starts argv in a process group of its own, with stdin /dev/null and

@@ -2,6 +2,7 @@ package probes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,7 +39,7 @@ func TestExecCheck(t *testing.T) {
 		{"empty", nil, nil, "", "exec check: no command"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			detail, err := lcCheck(t, NewExec(tc.argv, nil, tc.env))
+			detail, err := lcExec(t, NewExec(tc.argv, nil, tc.env))
 			if tc.wantErr != "" {
 				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) {
 					t.Fatalf("got (%q, %v), want error %q", detail, err, tc.wantErr)
@@ -49,6 +50,49 @@ func TestExecCheck(t *testing.T) {
 				t.Fatalf("got (%q, %v), want %q", detail, err, tc.detail)
 			}
 		})
+	}
+}
+
+// lcExec runs one look and gives what it saw as "verdict: output": the
+// output a pass has (or "exit 0"), or a failure's.
+func lcExec(t *testing.T, c *ExecCheck) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return lcExecCtx(ctx, c)
+}
+
+func lcExecCtx(ctx context.Context, c *ExecCheck) (string, error) {
+	verdict, out, err := c.look(ctx)
+	switch {
+	case err != nil:
+		return "", err
+	case verdict == "exit 0" && out != "":
+		return out, nil
+	case verdict == "exit 0":
+		return verdict, nil
+	case out != "":
+		return "", errors.New(verdict + ": " + out)
+	}
+	return "", errors.New(verdict)
+}
+
+// TestExecCheckOutputNotInReason: the check's reason says how the command
+// ended but not what it printed (a script may print a password); the
+// output is on the error for the agent's log.
+func TestExecCheckOutputNotInReason(t *testing.T) {
+	c := NewExec([]string{"sh", "-c", "echo DB_PASSWORD=hunter2; exit 3"}, nil, nil)
+	detail, err := lcCheck(t, c)
+	var ee *ExecError
+	if !errors.As(err, &ee) || ee.Output != "DB_PASSWORD=hunter2" || ee.Verdict != "exit 3" {
+		t.Fatalf("got (%q, %#v), want an ExecError with the output apart", detail, err)
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("reason %q shows the output", err)
+	}
+	c = NewExec([]string{"sh", "-c", "echo TOKEN=hunter2"}, nil, nil)
+	if detail, err := lcCheck(t, c); err != nil || detail != "exit 0" {
+		t.Errorf("pass: got (%q, %v), want exit 0 and no output", detail, err)
 	}
 }
 
@@ -91,7 +135,7 @@ func TestExecCheckTimeoutKillsGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	start := time.Now()
-	detail, err := NewExec([]string{"sh", "-c", script}, nil, nil).Check(ctx)
+	detail, err := lcExecCtx(ctx, NewExec([]string{"sh", "-c", script}, nil, nil))
 	took := time.Since(start)
 	if err == nil || !strings.HasPrefix(err.Error(), "context deadline exceeded, process group killed: started") {
 		t.Fatalf("got (%q, %v), want a timeout with the output", detail, err)
@@ -126,7 +170,7 @@ func TestExecCheckLeftovers(t *testing.T) {
 	t.Run("in the group", func(t *testing.T) {
 		pidFile := filepath.Join(dir, "bg")
 		script := fmt.Sprintf(`sleep 100 & echo $! > %s.tmp; mv %s.tmp %s; echo ok`, pidFile, pidFile, pidFile)
-		detail, err := lcCheck(t, NewExec([]string{"sh", "-c", script}, nil, nil))
+		detail, err := lcExec(t, NewExec([]string{"sh", "-c", script}, nil, nil))
 		if err != nil || detail != "ok" {
 			t.Fatalf("got (%q, %v), want a pass", detail, err)
 		}
@@ -148,7 +192,7 @@ func TestExecCheckLeftovers(t *testing.T) {
 		script := fmt.Sprintf(`%s sh -c 'echo $$ > %s.tmp; mv %s.tmp %s; exec sleep 100' &
 			while [ ! -e %s ]; do sleep 0.01; done; echo ok`, setsid, pidFile, pidFile, pidFile, pidFile)
 		start := time.Now()
-		detail, err := lcCheck(t, NewExec([]string{"sh", "-c", script}, nil, nil))
+		detail, err := lcExec(t, NewExec([]string{"sh", "-c", script}, nil, nil))
 		took := time.Since(start)
 		var escaped int
 		lcWaitFor(t, "the escaped pid", func() bool {
@@ -168,7 +212,7 @@ func TestExecCheckLeftovers(t *testing.T) {
 
 func TestExecCheckTruncation(t *testing.T) {
 	script := `i=0; while [ $i -lt 100 ]; do echo "line $i"; i=$((i+1)); done; exit 2`
-	_, err := lcCheck(t, NewExec([]string{"sh", "-c", script}, nil, nil))
+	_, err := lcExec(t, NewExec([]string{"sh", "-c", script}, nil, nil))
 	if err == nil {
 		t.Fatal("passed")
 	}

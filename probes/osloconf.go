@@ -8,6 +8,7 @@ package probes
 
 import (
 	"fmt"
+	"github.com/kolla-agent/kolla-agent/redact"
 	"net"
 	"net/url"
 	"os"
@@ -216,7 +217,7 @@ func (h amqpHost) addr() string { return net.JoinHostPort(h.host, strconv.Itoa(h
 // a part of it that could be a misplaced password.
 func parseTransportURL(raw string) (*transportURL, error) {
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("transport URL %s: %s", redactURL(raw), fmt.Sprintf(format, args...))
+		return fmt.Errorf("transport URL %s: %s", redact.URL(raw), fmt.Sprintf(format, args...))
 	}
 	scheme, rest, ok := strings.Cut(raw, ":")
 	if !ok || !isURLScheme(scheme) {
@@ -356,51 +357,4 @@ func unhex(c byte) (byte, bool) {
 		return c - 'A' + 10, true
 	}
 	return 0, false
-}
-
-// redactURL replaces every password in a transport URL with "***", also in
-// URLs that do not parse: the authority is taken to run to the last '@'
-// before the query, so that a password containing an unescaped '/' or '?'
-// is still hidden.
-func redactURL(raw string) string {
-	i := strings.Index(raw, "://")
-	if i < 0 {
-		if strings.ContainsRune(raw, '@') {
-			return "***" // not a URL, but it may hold credentials
-		}
-		return raw
-	}
-	head, rest := raw[:i+3], raw[i+3:]
-	end := len(rest)
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		if j := strings.IndexAny(rest[at:], "/?#"); j >= 0 {
-			end = at + j
-		}
-	} else if j := strings.IndexAny(rest, "/?#"); j >= 0 {
-		end = j
-	}
-	authority, tail := rest[:end], rest[end:]
-	parts := strings.Split(authority, ",")
-	lastCred := -1 // parts up to the last one with credentials may hold a split password
-	for k, p := range parts {
-		if strings.ContainsRune(p, '@') {
-			lastCred = k
-		}
-	}
-	for k, p := range parts {
-		at := strings.LastIndexByte(p, '@')
-		switch {
-		case at >= 0:
-			if user, _, hasPass := strings.Cut(p[:at], ":"); hasPass {
-				parts[k] = user + ":***" + p[at:]
-			} else {
-				parts[k] = "***" + p[at:] // "pa,ss@h": the tail of a password with a ','
-			}
-		case k < lastCred:
-			if user, _, hasColon := strings.Cut(p, ":"); hasColon {
-				parts[k] = user + ":***"
-			}
-		}
-	}
-	return head + strings.Join(parts, ",") + tail
 }

@@ -1,6 +1,7 @@
 package probes
 
 import (
+	"github.com/kolla-agent/kolla-agent/redact"
 	"os"
 	"path/filepath"
 	"slices"
@@ -188,26 +189,6 @@ func TestOsloTransportURLErrors(t *testing.T) {
 	}
 }
 
-func TestOsloRedactURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"rabbit://nova:secret@h:5672/":                  "rabbit://nova:***@h:5672/",
-		"rabbit://a:s1@h1,b:s2@h2/vhost?ssl=1":          "rabbit://a:***@h1,b:***@h2/vhost?ssl=1",
-		"rabbit://h1,h2/":                               "rabbit://h1,h2/",
-		"rabbit://u:pa/ss@h/":                           "rabbit://u:***@h/",
-		"rabbit://u:pa?ss@h/":                           "rabbit://u:***@h/",
-		"rabbit://u:pa,ss@h/":                           "rabbit://u:***,***@h/",
-		"rabbit://u:p@ss@h/":                            "rabbit://u:***@h/",
-		"not a url":                                     "not a url",
-		"u:secret@h":                                    "***",
-		"rabbit://u@h/":                                 "rabbit://***@h/",
-		"rabbit://u:secret@[::1]:5672,v:s@[::2]:5672/x": "rabbit://u:***@[::1]:5672,v:***@[::2]:5672/x",
-	} {
-		if got := redactURL(in); got != want {
-			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // FuzzParseOsloConf: no panic, and a file that parses can be read back.
 func FuzzParseOsloConf(f *testing.F) {
 	f.Add([]byte("[DEFAULT]\ntransport_url = rabbit://u:p@h/\nhost: x\n  cont\n# c\n; c\n"))
@@ -243,7 +224,7 @@ func FuzzParseTransportURL(f *testing.F) {
 	f.Add("rabbit:///")
 	f.Add("rabbit://u:pa/ss@h:x/")
 	f.Fuzz(func(t *testing.T, raw string) {
-		redacted := redactURL(raw)
+		redacted := redact.URL(raw)
 		u, err := parseTransportURL(raw)
 		if err != nil {
 			if !strings.Contains(err.Error(), redacted) {

@@ -25,6 +25,22 @@ type Report struct {
 	Pass   bool          `json:"pass"`
 	Reason string        `json:"reason,omitempty"`
 	Checks []CheckReport `json:"checks"`
+
+	// public is Reason without detail: the failing check's name, or
+	// "starting" or "draining".
+	public string
+}
+
+// Public is the report as anyone who can reach the probe port may see it:
+// which probe, whether it passes, and the checks' names and states, but no
+// reason. A reason can carry a URL, a host name or a service's own words.
+func (r Report) Public() Report {
+	p := Report{Probe: r.Probe, Pass: r.Pass, Reason: r.public, Checks: make([]CheckReport, len(r.Checks))}
+	for i, c := range r.Checks {
+		c.Reason = ""
+		p.Checks[i] = c
+	}
+	return p
 }
 
 // Duration marshals as Go syntax ("1.5s").
@@ -50,9 +66,9 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 	// fail keeps the first failure; the reason is built only for it.
 	fail := func(name, reason string) {
 		if rep.Pass {
-			rep.Pass, rep.Reason = false, reason
+			rep.Pass, rep.Reason, rep.public = false, reason, reason
 			if name != "" {
-				rep.Reason = name + ": " + reason
+				rep.Reason, rep.public = name+": "+reason, name
 			}
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/kolla-agent/kolla-agent/redact"
 )
 
 // state is a check's judged state, after thresholds.
@@ -135,10 +137,16 @@ func (h *Health) record(c *checkState, ok bool, detail string, err error, took t
 	if answered {
 		r.answered = r.at
 	}
+	// Reasons are shown by probe answers, Events and the log: no URL's
+	// password, no NAME=secret, and no exec output (the log has it).
+	var output string
 	if ok {
-		r.reason = detail
+		r.reason = redact.Text(detail)
 	} else {
-		r.reason = err.Error()
+		r.reason = redact.Text(err.Error())
+		if ee := (*ExecError)(nil); errors.As(err, &ee) {
+			output = ee.Output
+		}
 	}
 	r.streak = 1
 	if prev.ok == ok && !prev.at.IsZero() {
@@ -155,11 +163,16 @@ func (h *Health) record(c *checkState, ok bool, detail string, err error, took t
 	h.metrics.observe(c.spec.Name, r)
 	if r.state != prev.state {
 		attrs := []any{"check", c.spec.Name, "state", r.state.String(), "reason", r.reason, "took", took.Round(time.Microsecond).String()}
+		if output != "" {
+			attrs = append(attrs, "output", output)
+		}
 		if r.state == failing {
 			h.log.Warn("check failing", attrs...)
 		} else {
 			h.log.Info("check state changed", attrs...)
 		}
+	} else if output != "" {
+		h.log.Debug("check output", "check", c.spec.Name, "reason", r.reason, "output", output)
 	}
 	if r.state == passing && !h.started.Load() {
 		h.checkStarted()

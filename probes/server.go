@@ -111,6 +111,9 @@ func (s *Server) probeHandler(p Probe, one bool) http.Handler {
 			http.Error(w, err.Error(), http.StatusNotFound)
 			return
 		}
+		if !trusted(r.RemoteAddr) {
+			rep = rep.Public()
+		}
 		code := http.StatusOK
 		if !rep.Pass {
 			code = http.StatusServiceUnavailable
@@ -127,6 +130,22 @@ func (s *Server) probeHandler(p Probe, one bool) http.Handler {
 		w.WriteHeader(code)
 		w.Write(body)
 	})
+}
+
+// trusted reports whether a request came over the Unix socket (the
+// exec-probe client, `kubectl exec`) or from loopback (inside the pod): only
+// they see reasons. The kubelet, a Service or anyone on the pod network sees
+// the names and states of the checks.
+func trusted(remote string) bool {
+	if remote == "" || remote == "@" || strings.HasPrefix(remote, "/") {
+		return true // a Unix socket's peer has no address
+	}
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // TextBody is a probe's answer as text: "ok" or the reason it fails; with

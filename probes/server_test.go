@@ -19,10 +19,46 @@ import (
 // kubeletMaxBody is how much of a probe's body the kubelet reads.
 const kubeletMaxBody = 10 << 10
 
+// coreServe asks as from inside the pod (loopback), which sees reasons.
 func coreServe(h http.Handler, method, target string) *httptest.ResponseRecorder {
+	return coreServeFrom(h, method, target, "127.0.0.1:40000")
+}
+
+func coreServeFrom(h http.Handler, method, target, remote string) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(method, target, nil))
+	r := httptest.NewRequest(method, target, nil)
+	r.RemoteAddr = remote
+	h.ServeHTTP(w, r)
 	return w
+}
+
+// TestServerPublic: from the pod network (the kubelet, a Service) an answer
+// names the failing check but shows no reason, in every format; from
+// loopback, the Unix socket and IPv6 loopback the reasons are there.
+func TestServerPublic(t *testing.T) {
+	_, hd := coreServer(t)
+	const detail = "10.0.0.5:3306"
+	for _, remote := range []string{"10.244.0.1:5555", "[fd00::1]:5555", "192.0.2.1:1234", "garbage"} {
+		for target, want := range map[string]string{
+			"/readyz":             "readiness failed: db\n",
+			"/readyz?verbose":     "[-]db fail (1.5s ago, took 1ms)\n",
+			"/readyz/db":          "readiness failed: db\n",
+			"/readyz?format=json": `"reason":"db"`,
+		} {
+			body := coreServeFrom(hd, "GET", target, remote).Body.String()
+			if strings.Contains(body, detail) || strings.Contains(body, "timed out") || strings.Contains(body, "cannot ship") {
+				t.Errorf("%s from %s shows a reason: %q", target, remote, body)
+			}
+			if !strings.Contains(body, want) {
+				t.Errorf("%s from %s: %q lacks %q", target, remote, body, want)
+			}
+		}
+	}
+	for _, remote := range []string{"127.0.0.1:1", "[::1]:1", "@", ""} {
+		if body := coreServeFrom(hd, "GET", "/readyz?verbose", remote).Body.String(); !strings.Contains(body, detail) {
+			t.Errorf("from %q the reason is missing: %q", remote, body)
+		}
+	}
 }
 
 // coreJudge publishes one look of check name, as the runner does.

@@ -84,7 +84,8 @@ type RenderItem struct {
 	Dest string `json:"dest"`
 	// Owner of the file, user[:group] (names or ids).
 	Owner string `json:"owner,omitempty"`
-	// Perm is the file's mode, in octal; default 0644.
+	// Perm is the file's mode, in octal; default 0644, or 0600 when the
+	// template calls secret.
 	Perm string `json:"perm,omitempty"`
 }
 

@@ -50,14 +50,21 @@ type LogSink struct {
 	Type string `json:"type,omitempty"`
 	// Address of the receiver, HOST:PORT (forward, syslog).
 	Address string `json:"address,omitempty"`
-	// SharedKey authenticates to a forward receiver that asks for it.
+	// SharedKey authenticates to a forward receiver that asks for it. It
+	// sits in a ConfigMap: prefer sharedKeyFile.
 	SharedKey string `json:"sharedKey,omitempty"`
+	// SharedKeyFile is a file (a mounted Secret's key) holding the shared
+	// key, absolute; its final line break is not part of the key.
+	SharedKeyFile string `json:"sharedKeyFile,omitempty"`
 	// TLS connects to the receiver over TLS.
 	TLS *struct {
 		// CAFile is the CA bundle that verifies the receiver, absolute.
 		CAFile string `json:"caFile,omitempty"`
 		// InsecureSkipVerify does not verify the receiver's certificate.
 		InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+		// ServerName is the name the receiver's certificate must carry;
+		// default the host of address.
+		ServerName string `json:"serverName,omitempty"`
 	} `json:"tls,omitempty"`
 	// Format of the stdout sink: raw (the lines) or json (tagged records).
 	Format string `json:"format,omitempty"`
@@ -131,8 +138,8 @@ func (c *Config) validateLogs(e *problems) {
 			e.add("logs.sink.address: %q: %q is not a port", s.Address, port)
 		}
 	case "stdout":
-		if s.Address != "" || s.SharedKey != "" || s.TLS != nil {
-			e.add("logs.sink: type stdout takes no address, sharedKey or tls")
+		if s.Address != "" || s.SharedKey != "" || s.SharedKeyFile != "" || s.TLS != nil {
+			e.add("logs.sink: type stdout takes no address, sharedKey, sharedKeyFile or tls")
 		}
 	case "":
 		e.add("logs.sink.type: empty (want %s)", oneOf(sinkTypes))
@@ -142,6 +149,16 @@ func (c *Config) validateLogs(e *problems) {
 	known := slices.Contains(sinkTypes, s.Type) // else what fits it is unknown
 	if s.SharedKey != "" && known && s.Type != "forward" && s.Type != "stdout" {
 		e.add("logs.sink.sharedKey: only for type forward")
+	}
+	if s.SharedKeyFile != "" {
+		switch {
+		case known && s.Type != "forward" && s.Type != "stdout":
+			e.add("logs.sink.sharedKeyFile: only for type forward")
+		case s.SharedKey != "":
+			e.add("logs.sink: sharedKey and sharedKeyFile exclude each other")
+		case !path.IsAbs(s.SharedKeyFile):
+			e.add("logs.sink.sharedKeyFile: %q is not an absolute path", s.SharedKeyFile)
+		}
 	}
 	switch {
 	case s.Format != "" && known && s.Type != "stdout":

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/kolla-agent/kolla-agent/redact"
 	"net"
 	"path"
 	"regexp"
@@ -348,7 +349,7 @@ func validateCheck(e *problems, f string, ch *Check, seen map[string]int, i int)
 			e.add("%s.rpc.topic: empty", f)
 		}
 		if r.TransportURL != "" && !strings.Contains(r.TransportURL, "://") {
-			e.add("%s.rpc.transportURL: %q is not a URL (want rabbit://USER:PASS@HOST:PORT/VHOST)", f, redactURL(r.TransportURL))
+			e.add("%s.rpc.transportURL: %q is not a URL (want rabbit://USER:PASS@HOST:PORT/VHOST)", f, redact.URL(r.TransportURL))
 		}
 	}
 }
@@ -382,14 +383,6 @@ func validateTiming(e *problems, f string, ch *Check) {
 		// check look stale before it is cancelled.
 		e.add("%s.timeout: %v is longer than the period %v", f, timeout, period)
 	}
-}
-
-// redactURL hides whatever could be a password in an error message.
-func redactURL(s string) string {
-	if i := strings.LastIndex(s, "@"); i >= 0 {
-		return "***" + s[i:]
-	}
-	return s
 }
 
 func (c *Config) validateSidecar(e *problems) {

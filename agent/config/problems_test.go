@@ -156,7 +156,7 @@ exposure:
 		`exposure["keystone"]: unknown field "vip"`,
 		// the sink's tls is there (cafile is caFile: case does not count),
 		// which stdout does not take
-		`logs.sink: type stdout takes no address, sharedKey or tls`,
+		`logs.sink: type stdout takes no address, sharedKey, sharedKeyFile or tls`,
 	)
 }
 

@@ -173,6 +173,7 @@ type countObserver struct{ bytes, failed atomic.Int64 }
 func (o *countObserver) Shipped(_ string, _, bytes int) { o.bytes.Add(int64(bytes)) }
 func (o *countObserver) Failed(error)                   { o.failed.Add(1) }
 func (o *countObserver) Recovered()                     {}
+func (o *countObserver) Skipped(string, string)         {}
 
 // ackAll acks every PackedForward message it reads from c. It checks the
 // message's shape but skips its entries without decoding them: it runs in

@@ -242,7 +242,7 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 			}
 		}
 		if fl.live == nil {
-			f, err := os.Open(fl.path)
+			f, err := openLog(fl.path)
 			if errors.Is(err, fs.ErrNotExist) {
 				return want - max, nil
 			}
@@ -319,7 +319,7 @@ func (fl *follower) done(s *source) bool {
 	if grew {
 		return false
 	}
-	pfi, err := os.Stat(fl.path)
+	pfi, err := os.Lstat(fl.path)
 	return err == nil && pfi.Size() > 0 && !os.SameFile(fi, pfi)
 }
 
@@ -370,7 +370,7 @@ func (fl *follower) truncation() (bool, error) {
 	} else {
 		fl.log("log file truncated and no copy of its end found; reading it again from its start", "path", fl.path)
 	}
-	f, err := os.Open(fl.path)
+	f, err := openLog(fl.path)
 	if err != nil {
 		return false, err
 	}
@@ -398,7 +398,7 @@ func (fl *follower) rotation() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	pfi, err := os.Stat(fl.path)
+	pfi, err := os.Lstat(fl.path) // a symlink put there is not the file
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil // removed: a writer may still hold it; a new one may come
 	}
@@ -441,7 +441,7 @@ func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*sourc
 		if at >= 0 && olderFirst(r, all[at]) <= 0 || at < 0 && r.mtime.Before(ref.mtime) {
 			continue
 		}
-		f, err := os.Open(r.path)
+		f, err := openLog(r.path)
 		if err != nil {
 			continue
 		}

@@ -128,6 +128,15 @@ func TestForwardRealServer(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "certificate") {
 				t.Errorf("Send with an untrusted certificate: %v", err)
 			}
+
+			// The right CA but another name: refused too.
+			f = newForward(t, ForwardConfig{Address: s.Addr(), SharedKey: key, TLS: &tls.Config{RootCAs: pool, ServerName: "fluentd.wrong.example"}})
+			ctx, cancel = context.WithTimeout(context.Background(), 300*time.Millisecond)
+			err = f.Send(ctx, "t", testEntries("wrong name", 1))
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "fluentd.wrong.example") {
+				t.Errorf("Send to a certificate of another name: %v", err)
+			}
 		}
 	})
 

@@ -40,6 +40,10 @@ type Observer interface {
 	// Recovered: the first success after a failure: a batch acknowledged
 	// and committed (before its Shipped), or a pass with nothing to ship.
 	Recovered()
+	// Skipped: a path under a glob became something other than a regular
+	// file (what: symlink, FIFO, socket, device, directory); it is not
+	// opened, and the other files ship on.
+	Skipped(path, what string)
 }
 
 // FileSpec is one logs.files entry.
@@ -106,6 +110,7 @@ type shipped struct {
 	size    int             // bytes of Data in pending
 	lastAt  time.Time       // when a line was last read
 	acked   map[string]Position
+	skipped string // what the path was when last skipped ("" once it is a file)
 }
 
 // NewShipper checks cfg.
@@ -445,9 +450,20 @@ func (s *Shipper) fill(sh *shipped, final bool) (full bool, err error) {
 		// only bounded here so that a nearly full batch does not read a
 		// few bytes at a time.
 		n, err := sh.fl.Read(max(s.cfg.BatchBytes-sh.size, readChunk), sh.line)
+		if nre := (*NotRegularError)(nil); errors.As(err, &nre) {
+			if sh.skipped != nre.What {
+				sh.skipped = nre.What
+				s.log.Warn("logs: skipping a path that is not a regular file", "path", nre.Path, "is", nre.What)
+				if s.cfg.Observer != nil {
+					s.cfg.Observer.Skipped(nre.Path, nre.What)
+				}
+			}
+			break
+		}
 		if err != nil {
 			return false, fmt.Errorf("reading %s: %w", sh.path, err)
 		}
+		sh.skipped = ""
 		if n == 0 {
 			break
 		}

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -85,8 +88,9 @@ func (e *events) add(s string) {
 func (e *events) Shipped(tag string, records, bytes int) {
 	e.add(fmt.Sprintf("shipped %s %d %d", tag, records, bytes))
 }
-func (e *events) Failed(err error) { e.add("failed " + err.Error()) }
-func (e *events) Recovered()       { e.add("recovered") }
+func (e *events) Failed(err error)       { e.add("failed " + err.Error()) }
+func (e *events) Recovered()             { e.add("recovered") }
+func (e *events) Skipped(p, what string) { e.add("skipped " + what + " " + filepath.Base(p)) }
 
 func (e *events) list() []string {
 	e.mu.Lock()
@@ -386,8 +390,9 @@ func (c *markChecker) Shipped(string, int, int) {
 	*c.checked++
 	c.mu.Unlock()
 }
-func (c *markChecker) Failed(err error) { c.t.Error(err) }
-func (c *markChecker) Recovered()       {}
+func (c *markChecker) Failed(err error)       { c.t.Error(err) }
+func (c *markChecker) Recovered()             {}
+func (c *markChecker) Skipped(string, string) {}
 
 func findByInode(dir string, p Position) *os.File {
 	ents, _ := os.ReadDir(dir)
@@ -444,4 +449,91 @@ func TestShipperBounds(t *testing.T) {
 			t.Errorf("a Send of %d records", len(snd.recs))
 		}
 	}
+}
+
+// The service can write its log directory. A symlink to a secret, a FIFO
+// and a socket under the glob are skipped unopened, each reported once;
+// the real file beside them ships, and the shipper stops at once when
+// asked (a FIFO opened for reading would block it, and the agent, until
+// SIGKILL). A file later replaced by a symlink stops shipping, and one
+// that becomes a file again ships.
+func TestShipperSkipsWhatIsNotAFile(t *testing.T) {
+	dir, log, state := shipperDir(t)
+	secret := filepath.Join(t.TempDir(), "secret.txt")
+	if err := os.WriteFile(secret, []byte("S3CRET-NOT-A-LOG\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(dir, "evil.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "a.log"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("unix", filepath.Join(dir, "s.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	appendTo(t, log, lines(0, 10))
+	s := &recSink{}
+	ev := &events{}
+	sh, err := NewShipper(ShipperConfig{Files: []FileSpec{{Glob: filepath.Join(dir, "*.log")}}, Sink: s, StateDir: state,
+		Idle: 20 * time.Millisecond, Rescan: 50 * time.Millisecond, Observer: ev})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sh.Run(ctx) }()
+	waitFor(t, "10 records", func() bool { return len(s.data()) >= 10 })
+	waitFor(t, "three skips", func() bool { return len(skips(ev)) >= 3 })
+
+	// A followed file swapped for a link to the secret: not read through.
+	other := filepath.Join(dir, "other.log")
+	appendTo(t, other, lines(100, 105))
+	waitFor(t, "15 records", func() bool { return len(s.data()) >= 15 })
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, other); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the swap skipped", func() bool { return slices.Contains(skips(ev), "skipped symlink other.log") })
+	// And a file again: shipped.
+	os.Remove(other)
+	appendTo(t, other, lines(200, 203))
+	waitFor(t, "18 records", func() bool { return len(s.data()) >= 18 })
+
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the shipper did not stop: blocked on the FIFO?")
+	}
+	t.Logf("stopped in %v", time.Since(start))
+	for _, d := range s.data() {
+		if strings.Contains(d, "S3CRET") {
+			t.Fatalf("the secret behind a symlink was shipped: %q", d)
+		}
+	}
+	got := skips(ev)
+	slices.Sort(got)
+	want := []string{"skipped FIFO a.log", "skipped socket s.log", "skipped symlink evil.log", "skipped symlink other.log"}
+	if !slices.Equal(got, want) {
+		t.Errorf("skips %q, want each once: %q", got, want)
+	}
+}
+
+func skips(ev *events) []string {
+	var out []string
+	for _, e := range ev.list() {
+		if strings.HasPrefix(e, "skipped ") {
+			out = append(out, e)
+		}
+	}
+	return out
 }

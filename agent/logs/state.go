@@ -226,7 +226,7 @@ type Found struct {
 // Compressed copies cannot be matched; their bytes are reported lost.
 func locate(p Position) (Found, error) {
 	dir := filepath.Dir(p.Path)
-	if f, err := os.Open(p.Path); err == nil {
+	if f, err := openLog(p.Path); err == nil {
 		same, err := sameFile(f, p)
 		if err != nil {
 			f.Close()
@@ -269,7 +269,7 @@ func findCopy(dir string, p Position, byInode bool) *os.File {
 		if path == p.Path && !byInode {
 			continue
 		}
-		f, err := os.Open(path)
+		f, err := openLog(path) // a FIFO among the siblings must not block
 		if err != nil {
 			continue
 		}

@@ -45,8 +45,15 @@ type Syslog struct {
 
 // NewSyslog checks cfg; it connects on the first Send.
 func NewSyslog(cfg SyslogConfig) (*Syslog, error) {
-	if _, _, err := net.SplitHostPort(cfg.Address); err != nil {
+	host, _, err := net.SplitHostPort(cfg.Address)
+	if err != nil {
 		return nil, fmt.Errorf("syslog: address %q: %w", cfg.Address, err)
+	}
+	if cfg.TLS != nil && cfg.TLS.ServerName == "" && !cfg.TLS.InsecureSkipVerify {
+		// tls.Client verifies nothing without a name: it refuses to
+		// connect. The address's host is the name, as for the forward sink.
+		cfg.TLS = cfg.TLS.Clone()
+		cfg.TLS.ServerName = host
 	}
 	if cfg.Facility == 0 {
 		cfg.Facility = 1

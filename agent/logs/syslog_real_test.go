@@ -15,7 +15,8 @@ import (
 // The syslog sink against the real rsyslog (imtcp): an oslo traceback
 // record arrives as one message with its newlines, severity ERROR, the
 // tag as APP-NAME and the file, the offset and the fields as structured
-// data; over TLS too; rsyslog SIGKILLed: Send fails rather than
+// data; over TLS too, verified against a private CA with the name taken
+// from the address (and refused for a wrong name); rsyslog SIGKILLed: Send fails rather than
 // confirming, and after the restart the batch goes through.
 func TestSyslogRealRsyslog(t *testing.T) {
 	for _, useTLS := range []bool{false, true} {
@@ -43,6 +44,21 @@ func TestSyslogRealRsyslog(t *testing.T) {
 				t.Errorf("message %+v", m)
 			}
 			if useTLS {
+				// Verification is on: a certificate for another name is
+				// refused, and nothing is confirmed.
+				wrong := cfg
+				wrong.TLS = cfg.TLS.Clone()
+				wrong.TLS.ServerName = "rsyslog.wrong.example"
+				ws, err := NewSyslog(wrong)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ws.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := ws.Send(ctx, "t", nil, []Record{{Data: []byte("to the wrong name")}}); err == nil || !strings.Contains(err.Error(), "certificate") {
+					t.Errorf("Send to a certificate of another name: %v, want a certificate error", err)
+				}
 				return
 			}
 			srv.Kill()

@@ -422,40 +422,29 @@ func kollaSymlinkAtomic(h, target string, uid, gid int) error {
 }
 
 func (tx *kollaTx) attrs(op kollaOp) error {
-	h := tx.v.host(op.path)
 	w := op.want
 	if op.kind == kollaOpAttrs {
 		old := op.old
 		tx.undo = append(tx.undo, func() error {
-			if err := kollaSetOwnerMode(h, old.kind, old.uid, old.gid, old.mode); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := setOwnerModeAt(tx.v.root, op.path, old.kind, old.uid, old.gid, old.mode); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}
 			return nil
 		})
 	}
-	if err := kollaSetOwnerMode(h, w.kind, w.uid, w.gid, w.mode); err != nil {
+	if err := setOwnerModeAt(tx.v.root, op.path, w.kind, w.uid, w.gid, w.mode); err != nil {
 		// A path only permissions touch may sit on a volume that refuses
 		// (NFS with root_squash, a read-only mount): kolla logs that and
 		// goes on, and so does the agent; the config itself is in place.
-		if op.role == kollaRolePerm && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS)) {
+		// So for one the service swapped for a symlink since planning: it
+		// is left alone, not followed.
+		if op.role == kollaRolePerm && (errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EROFS) || errors.Is(err, errChanged)) {
 			tx.log.Warn("kolla: cannot set owner or mode", "path", op.path, "entry", w.entry, "err", err)
 			return nil
 		}
 		return err
 	}
 	return nil
-}
-
-// kollaSetOwnerMode changes owner then mode (chown clears setuid and setgid); a
-// symlink gets its owner only, never its target's.
-func kollaSetOwnerMode(h string, kind kollaKind, uid, gid int, mode fs.FileMode) error {
-	if kind == kollaLink {
-		return os.Lchown(h, uid, gid)
-	}
-	if err := os.Chown(h, uid, gid); err != nil {
-		return err
-	}
-	return os.Chmod(h, mode&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky))
 }
 
 func (tx *kollaTx) rollback() error {

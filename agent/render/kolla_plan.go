@@ -628,7 +628,10 @@ func (pl *kollaPlanner) permission(at string, pr KollaPermission, ids [2]int) {
 		return
 	}
 	for _, m := range matches {
-		r, err := v.resolve(m, true)
+		// The last component is never followed (kolla's os.chown follows
+		// it): the entry often names a directory the service can write
+		// (/var/log/kolla/keystone), where it can put a link to /etc.
+		r, err := v.resolve(m, false)
 		if err != nil {
 			e.add("%s.path: %s %v", at, m, err)
 			continue
@@ -639,8 +642,11 @@ func (pl *kollaPlanner) permission(at string, pr KollaPermission, ids [2]int) {
 			continue
 		}
 		if n.kind == kollaAbsent {
-			pl.p.log.Info("kolla: permissions path is a dangling symlink", "entry", at, "path", m)
+			pl.p.log.Info("kolla: permissions path does not exist", "entry", at, "path", m)
 			continue
+		}
+		if n.kind == kollaLink {
+			pl.p.log.Warn("kolla: permissions path is a symlink: its own owner is set, not its target's, and it is not recursed into", "entry", at, "path", m, "target", n.target)
 		}
 		if err := pl.setAttrs(at, r, pr, ids); err != nil {
 			e.add("%s.path: %v", at, err)

@@ -1587,3 +1587,66 @@ func TestKollaConfigBuiltInCode(t *testing.T) {
 		}
 	}
 }
+
+// The service owns its log directory and can put anything in it. A
+// permissions entry naming that directory, with recurse, must not follow a
+// symlink planted at the entry's own path (kolla's os.chown does), nor one
+// swapped in between the plan and the apply (a reload plans, validates,
+// then applies): /etc/shadow keeps its owner and mode, the service's
+// config is still written, and the swap is logged.
+func TestKollaPermissionsNoSymlinkFollowed(t *testing.T) {
+	const shadow = "root:*:19000:0:99999:7:::\n"
+	json := `{"command": "nova-api", "config_files": [{"source": "/var/lib/kolla/config_files/nova.conf", "dest": "/etc/nova/nova.conf", "owner": "nova", "perm": "0600"}],
+	  "permissions": [{"path": "/var/log/kolla/nova", "owner": "nova:nova", "perm": "0770", "recurse": true}]}`
+	t.Run("planted at the entry", func(t *testing.T) {
+		root := ktRoot(t)
+		ktDir(t, root, "/etc/nova", 0o750, 0, 0)
+		ktPut(t, root, "/etc/shadow", shadow, 0o600, 0, 0)
+		ktLink(t, root, "/var/log/kolla/nova", "/etc")
+		ktConfigMap(t, root, map[string]string{"config.json": json, "nova.conf": novaConf})
+		ktApply(t, root)
+		ktCheckTree(t, root, map[string]ktWant{
+			"/etc/shadow":         ktFile(shadow, 0o600, 0, 0),
+			"/etc/nova/nova.conf": ktFile(novaConf, 0o600, novaID, novaID),
+			"/var/log/kolla/nova": ktWLink("/etc"),
+		})
+		if e, _ := ktStat(t, filepath.Join(root, "/etc")); e.uid != 0 || e.mode.Perm() != 0o755 {
+			t.Errorf("/etc is now %v uid %d: the link was followed", e.mode, e.uid)
+		}
+	})
+	t.Run("swapped after the plan", func(t *testing.T) {
+		root := ktRoot(t)
+		ktDir(t, root, "/etc/nova", 0o750, 0, 0)
+		ktPut(t, root, "/etc/shadow", shadow, 0o600, 0, 0)
+		ktDir(t, root, "/var/log/kolla/nova/sub", 0o755, 0, 0)
+		ktPut(t, root, "/var/log/kolla/nova/nova-api.log", "x\n", 0o644, 0, 0)
+		ktConfigMap(t, root, map[string]string{"config.json": json, "nova.conf": novaConf})
+		_, p, err := ktPlan(t, root, StrategyCopyAlways)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Between plan and apply the service swaps a directory of its log
+		// tree for a link to /etc, and a file for a link to /etc/shadow.
+		sub := filepath.Join(root, "/var/log/kolla/nova/sub")
+		if err := os.Rename(sub, sub+".old"); err != nil {
+			t.Fatal(err)
+		}
+		ktLink(t, root, "/var/log/kolla/nova/sub", "/etc")
+		log := filepath.Join(root, "/var/log/kolla/nova/nova-api.log")
+		if err := os.Remove(log); err != nil {
+			t.Fatal(err)
+		}
+		ktLink(t, root, "/var/log/kolla/nova/nova-api.log", "/etc/shadow")
+		if err := p.Apply(); err != nil {
+			t.Fatalf("Apply: %v (a swapped log path must be skipped, not fail the config)", err)
+		}
+		ktCheckTree(t, root, map[string]ktWant{
+			"/etc/shadow":         ktFile(shadow, 0o600, 0, 0),
+			"/etc/nova/nova.conf": ktFile(novaConf, 0o600, novaID, novaID),
+			"/var/log/kolla/nova": ktWDir(0o770, novaID, novaID),
+		})
+		if e, _ := ktStat(t, filepath.Join(root, "/etc")); e.uid != 0 || e.mode.Perm() != 0o755 {
+			t.Errorf("/etc is now %v uid %d: the swapped link was followed", e.mode, e.uid)
+		}
+	})
+}

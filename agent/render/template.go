@@ -41,6 +41,9 @@ const (
 	DefaultTemplateTimeout = 5 * time.Minute
 	// DefaultTemplatePerm is the mode of a rendered file without perm.
 	DefaultTemplatePerm fs.FileMode = 0o644
+	// SecretTemplatePerm is the mode of a rendered file without perm whose
+	// template called secret: what it holds is as private as the Secret.
+	SecretTemplatePerm fs.FileMode = 0o600
 
 	// templateTop is the name text/template knows the source by. Errors are
 	// rewritten to carry the source's path instead: a fixed name makes that
@@ -118,7 +121,8 @@ type TemplateItem struct {
 	// Owner is "user", "user:group" (names of the image's passwd and group,
 	// or numbers); "user" alone means user:user. Empty: the agent's own.
 	Owner string
-	// Perm is the octal mode (0640, 640, 0o640, 2775); empty: 0644.
+	// Perm is the octal mode (0640, 640, 0o640, 2775); empty: 0644, or
+	// 0600 when the template calls secret.
 	Perm string
 }
 
@@ -315,6 +319,9 @@ func templateUnderRoot(root, p string) string {
 // executing goroutine only, and a run renders one template at a time, so
 // it needs no lock.
 type templateRun struct {
+	// secrets counts the secret calls: a template that made one is written
+	// SecretTemplatePerm unless its item gives a perm.
+	secrets int
 	// ctx bounds the render; it is here because template functions cannot
 	// take one.
 	ctx       context.Context
@@ -358,11 +365,15 @@ func (r *templateRun) renderAll(files []RenderedTemplate) error {
 		}
 	}
 	for i := range files {
+		before := r.secrets
 		out, err := r.render(files[i].Item.Src, srcs[i])
 		if err != nil {
 			return err
 		}
 		files[i].Data = out
+		if r.secrets > before && files[i].Item.Perm == "" {
+			files[i].Mode = SecretTemplatePerm
+		}
 	}
 	return nil
 }
@@ -683,6 +694,7 @@ func (r *templateRun) file(p string) (string, error) {
 // break: a Secret made from a file usually ends in one, which would break a
 // URL or a password.
 func (r *templateRun) secret(p string) (string, error) {
+	r.secrets++
 	b, err := r.readAllowed(p)
 	if err != nil {
 		return "", err

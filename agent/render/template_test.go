@@ -794,3 +794,34 @@ func TestTemplatePublicAndInternalURL(t *testing.T) {
 		})
 	}
 }
+
+// A template that reads a Secret is written 0600 when its item gives no
+// perm; one that does not stays 0644; a perm given wins.
+func TestTemplateSecretPerm(t *testing.T) {
+	root := t.TempDir()
+	tmplMkdirs(t, root, "templates", "secrets", "etc/glance")
+	for name, src := range map[string]string{
+		"templates/with.tmpl":    "password = {{ secret \"/secrets/db\" }}\n",
+		"templates/without.tmpl": "bind_host = {{ podIP }}\n",
+		"secrets/db":             "hunter2\n",
+	} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := TemplateOptions{LookupEnv: tmplPodEnv(), Root: root, AllowedFileDirs: []string{"/secrets"}}
+	items := []TemplateItem{
+		{Src: "/templates/with.tmpl", Dest: "/etc/glance/a.conf"},
+		{Src: "/templates/without.tmpl", Dest: "/etc/glance/b.conf"},
+		{Src: "/templates/with.tmpl", Dest: "/etc/glance/c.conf", Perm: "0640"},
+	}
+	if err := applyTemplates(context.Background(), items, o); err != nil {
+		t.Fatal(err)
+	}
+	for dest, want := range map[string]os.FileMode{"a.conf": 0o600, "b.conf": 0o644, "c.conf": 0o640} {
+		fi, err := os.Stat(filepath.Join(root, "etc/glance", dest))
+		if err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v, %v; want mode %v", dest, fi.Mode(), err, want)
+		}
+	}
+}

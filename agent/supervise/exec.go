@@ -119,6 +119,9 @@ func (s *Supervisor) start() (pid, code int, err error) {
 	// Release, not Wait: the status is collected by the reap loop.
 	_ = p.Release()
 	attrs := []any{"pid", pid, "command", s.command, "path", path}
+	if s.quiet {
+		attrs[3] = []string{s.command[0], fmt.Sprintf("(%d arguments not shown)", len(s.command)-1)}
+	}
 	if s.cred != nil {
 		c := s.cred.Credential
 		attrs = append(attrs, "user", s.cred.Name, "uid", c.Uid, "gid", c.Gid, "groups", c.Groups)

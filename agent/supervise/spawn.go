@@ -13,6 +13,10 @@ var errNotRunning = errors.New("supervise: the service is not running, so nothin
 // Run's reap loop and handed over on done, since under Run nothing else may
 // wait for a child. It fails when Run is not running.
 //
+// A helper runs as the service does (Config.Credential) unless attr sets a
+// credential of its own: an exec check or a reload validator is the
+// service's code and must not get the agent's root or its files.
+//
 // The registry lock is held across the fork: the reap loop takes it before
 // it looks a reaped pid up, so a helper that ends at once is never reaped
 // before it is registered.
@@ -21,6 +25,16 @@ func (s *Supervisor) Start(argv []string, attr *os.ProcAttr) (int, <-chan syscal
 	defer s.spawnMu.Unlock()
 	if !s.reaping {
 		return 0, nil, errNotRunning
+	}
+	if cred := s.credential(); cred != nil && (attr.Sys == nil || attr.Sys.Credential == nil) {
+		a := *attr
+		sys := syscall.SysProcAttr{}
+		if attr.Sys != nil {
+			sys = *attr.Sys
+		}
+		sys.Credential = cred
+		a.Sys = &sys
+		attr = &a
 	}
 	p, err := os.StartProcess(argv[0], argv, attr)
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -74,4 +76,50 @@ func TestStartOutsideRun(t *testing.T) {
 	if _, _, err := s2.Start([]string{"/bin/true"}, helperAttr()); err == nil {
 		t.Error("Start after Run returned no error")
 	}
+}
+
+// A helper (an exec check, a reload validator) runs as the service's user,
+// not as the agent: it is the service's code. A credential the caller sets
+// itself is kept.
+func TestStartHelperAsServiceUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to change uid (CI runs as root)")
+	}
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "etc/passwd"), "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n")
+	writeFile(t, filepath.Join(root, "etc/group"), "root:x:0:\nnogroup:x:65534:\n")
+	cred, err := LookupCredential(root, "nobody", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := worldWritable(t)
+	s, _, res := run(t, context.Background(), Config{Command: sh("sleep 30"), Env: []string{testPath}, Credential: cred})
+	poll(t, 5*time.Second, "service pid", func() (bool, string) { return s.PID() != 0, "no pid" })
+	ids := func(name string, attr *os.ProcAttr) string {
+		out := filepath.Join(dir, name)
+		_, done, err := s.Start([]string{"/bin/sh", "-c", "id -u > " + out}, attr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	mine := helperAttr()
+	if got := ids("helper", mine); got != "65534" {
+		t.Errorf("helper ran as uid %s, want the service's 65534", got)
+	}
+	own := helperAttr()
+	own.Sys.Credential = &syscall.Credential{Uid: 0, Gid: 0}
+	if got := ids("own", own); got != "0" {
+		t.Errorf("helper with its own credential ran as uid %s, want 0", got)
+	}
+	if mine.Sys.Credential != nil {
+		t.Error("Start changed the caller's attr")
+	}
+	s.Stop()
+	wait(t, res, 10*time.Second)
 }

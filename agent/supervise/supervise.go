@@ -52,6 +52,9 @@ type Config struct {
 	// supplementary groups (Name and Home are for the caller's Env and the
 	// log); nil runs it as the agent runs.
 	Credential *Identity
+	// QuietArgs logs the program without its arguments: they may have
+	// come from a template that read a Secret (a bootstrap command).
+	QuietArgs bool
 	// Grace is the time between SIGTERM and SIGKILL; 0 means DefaultGrace.
 	Grace time.Duration
 	// Logger receives the supervisor's own events; nil discards them.
@@ -67,6 +70,7 @@ type Config struct {
 // Supervisor runs one child once.
 type Supervisor struct {
 	command []string
+	quiet   bool // QuietArgs
 	env     []string
 	dir     string
 	cred    *Identity
@@ -129,6 +133,7 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	s := &Supervisor{
 		command: append([]string(nil), cfg.Command...),
+		quiet:   cfg.QuietArgs,
 		env:     env,
 		dir:     cfg.Dir,
 		grace:   cfg.Grace,

@@ -50,6 +50,16 @@ func endpointsOf(t *testing.T, hc *http.Client, base, scope, name string) []stri
 	return eps
 }
 
+// noSecret fails t if out shows any of the secrets.
+func noSecret(t *testing.T, out string, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if s != "" && strings.Contains(out, s) {
+			t.Errorf("the output shows a secret (%.4s...):\n%s", s, out)
+		}
+	}
+}
+
 func secretDir(t *testing.T, kv map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -122,6 +132,11 @@ func TestEndpointsKeystoneEnforcedScopeTLSRegions(t *testing.T) {
 	wantOut := func(a *agentProc, code int, parts ...string) {
 		t.Helper()
 		a.wantExit(code)
+		// The password reached the agent through a Secret file, clouds.yaml
+		// or the environment; a 401, a 403 or a TLS failure must not show it.
+		if strings.Contains(a.out.String(), keystone.AdminPassword) {
+			t.Errorf("the output shows the admin password:\n%s", a.out.String())
+		}
 		for _, p := range parts {
 			if !strings.Contains(a.out.String(), p) {
 				t.Errorf("output lacks %q:\n%s", p, a.out.String())
@@ -258,6 +273,7 @@ func TestEndpointsApplicationCredential(t *testing.T) {
 		if !strings.Contains(a.out.String(), "the catalog is up to date") {
 			t.Errorf("%s:\n%s", what, a.out.String())
 		}
+		noSecret(t, a.out.String(), tok, keystone.AdminPassword, ac.Cred.Secret)
 	}
 	os.WriteFile(filepath.Join(creds, "OS_APPLICATION_CREDENTIAL_SECRET"), []byte("wrong"), 0o600)
 	bad := startAgent(t, exposureEnv(t, ns), "--config", cfg, "endpoints")
@@ -265,4 +281,5 @@ func TestEndpointsApplicationCredential(t *testing.T) {
 	if out := bad.out.String(); !strings.Contains(out, "application credential "+ac.Cred.ID) || !strings.Contains(out, "401") {
 		t.Errorf("a wrong secret:\n%s", out)
 	}
+	noSecret(t, a.out.String()+bad.out.String(), ac.Cred.Secret, token)
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kolla-agent/kolla-agent/internal/forwardserver"
 	"github.com/kolla-agent/kolla-agent/internal/keystone"
+	"github.com/kolla-agent/kolla-agent/internal/rsyslog"
 )
 
 // logsEnv is the environment of an agent in a keystone pod without the API:
@@ -485,4 +486,55 @@ logs:
 	}
 	a.cmd.Process.Signal(syscall.SIGTERM)
 	a.wantExit(0)
+}
+
+// The sinks' TLS with verification on, as agent.yaml sets it: the forward
+// sink to the real Fluent server with a private CA and the shared key read
+// from a file (a mounted Secret), and the syslog sink to the real rsyslog
+// with the name taken from the address. A serverName the certificate does
+// not carry ships nothing.
+func TestLogsTLSVerifiedAndSharedKeyFile(t *testing.T) {
+	fwd := forwardserver.Start(t, forwardserver.Options{TLS: true, SharedKey: "k3y-from-a-secret"})
+	syslog := rsyslog.Start(t, rsyslog.Options{TLS: true})
+	run := func(name, sink string) (string, *agentProc) {
+		dir := logDir(t, name)
+		keyFile := filepath.Join(t.TempDir(), "shared-key")
+		write(t, keyFile, "k3y-from-a-secret\n")
+		cfg := agentYAML(t, fmt.Sprintf(`
+logs:
+  files: [{path: %s/*.log}]
+  sink: %s
+  stateDir: %s/.kolla-agent
+`, dir, strings.NewReplacer("KEYFILE", keyFile).Replace(sink), dir))
+		write(t, filepath.Join(dir, name+".log"), osloLine(1))
+		return dir, startAgent(t, logsEnv(), "--config", cfg, "sidecar")
+	}
+
+	_, a := run("forward", fmt.Sprintf(`{type: forward, address: %q, sharedKeyFile: KEYFILE, tls: {caFile: %s}}`, fwd.Addr(), fwd.CAFile))
+	if recs := fwd.WaitRecords(t, 1, 30*time.Second); !bytes.Contains(recs[0].Fields["message"].([]byte), []byte("line 1")) {
+		t.Errorf("forward record %+v", recs[0])
+	}
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.wantExit(0)
+
+	_, a = run("syslog", fmt.Sprintf(`{type: syslog, address: %q, tls: {caFile: %s}}`, syslog.Addr, syslog.CAFile))
+	if m := syslog.WaitMessages(t, 1, 30*time.Second)[0]; !strings.Contains(m.MSG, "line 1") {
+		t.Errorf("syslog message %+v", m)
+	}
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.wantExit(0)
+
+	_, a = run("wrong", fmt.Sprintf(`{type: syslog, address: %q, tls: {caFile: %s, serverName: syslog.wrong.example}}`, syslog.Addr, syslog.CAFile))
+	a.waitLog("syslog.wrong.example")
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	a.wantExit(0)
+	msgs, err := syslog.Messages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range msgs {
+		if m.AppName == "kolla.wrong.wrong" {
+			t.Errorf("shipped to a certificate of another name: %+v", m)
+		}
+	}
 }

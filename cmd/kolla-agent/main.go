@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/kolla-agent/kolla-agent/redact"
 	"io"
 	"log/slog"
 	"os"
@@ -362,7 +363,8 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
-	logger := slog.New(h)
+	// Every line passes redaction: a URL's password, NAME=secret.
+	logger := slog.New(redact.Handler(h))
 	if lv <= slog.LevelDebug {
 		klog.SetSlogLogger(logger.With("component", "client-go"))
 	} else {

@@ -444,7 +444,8 @@ func (s *Server) ClientTLSConfig() (*tls.Config, error) {
 	if !pool.AppendCertsFromPEM(pemBytes) {
 		return nil, fmt.Errorf("rsyslog: no certificate in %s", s.CAFile)
 	}
-	return &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}, nil
+	// No ServerName: the client under test must set it (from the address).
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
 
 // freePort returns a loopback TCP port that is free now; rsyslogd binds it a
