@@ -58,7 +58,7 @@ func TestText(t *testing.T) {
 		"connection=mysql+pymysql://k:pw@db/k;x=1":                      "connection=mysql+pymysql://k:***@db/k;x=1",
 		"no secrets here":                                               "no secrets here",
 		"password = http://u:p@h/":                                      "password = http://u:***@h/",
-		"last output:\nDB_PASSWORD=--password=x y":                     "last output:\nDB_PASSWORD=*** y",
+		"last output:\nDB_PASSWORD=--password=x y":                      "last output:\nDB_PASSWORD=*** y",
 		"x: DB_PASSWORD=foo":                                            "x: DB_PASSWORD=***",
 		`{"password": "p w", "user": "u"}`:                              `{"password": ***, "user": "u"}`,
 		"db-sync --password=hunter2 --debug":                            "db-sync --password=*** --debug",

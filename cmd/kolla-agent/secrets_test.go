@@ -22,12 +22,12 @@ import (
 // probe answer; the agent must still use each (the wait reaches the URL,
 // the rendered file holds the password).
 const (
-	urlPassword   = "Url5ecretPW"   // in a dependency's and a check's URL
-	urlToken      = "Qu3ryT0ken"    // in a URL's query
-	envPassword   = "Env5ecretPW"   // in the environment (DB_PASSWORD)
-	filePassword  = "F1le5ecretPW"  // in a Secret's file, read by a template
-	execPassword  = "Ex3c5ecretPW"  // printed by an exec check
-	argvPassword  = "Argv5ecretPW"  // in a bootstrap command's arguments
+	urlPassword   = "Url5ecretPW"  // in a dependency's and a check's URL
+	urlToken      = "Qu3ryT0ken"   // in a URL's query
+	envPassword   = "Env5ecretPW"  // in the environment (DB_PASSWORD)
+	filePassword  = "F1le5ecretPW" // in a Secret's file, read by a template
+	execPassword  = "Ex3c5ecretPW" // printed by an exec check
+	argvPassword  = "Argv5ecretPW" // in a bootstrap command's arguments
 	shownPassword = "***"
 )
 
