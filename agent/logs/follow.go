@@ -219,15 +219,19 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 	var err error
 	var more bool
 	for {
-		for len(fl.left) > 0 {
-			s := fl.left[0]
+		// Files that left the path, oldest first, each to its end. One
+		// whose writer may still add to it (not done) stays open and is
+		// read again at the next look, but does not hold the newer files
+		// back: a service that went quiet after a rotation leaves the
+		// path empty, and nothing newer would ever be read.
+		for i := 0; i < len(fl.left); {
+			s := fl.left[i]
 			if max, more, err = fl.drain(s, max, fn); err != nil || max <= 0 || !more {
 				return want - max, err
 			}
 			if !fl.done(s) {
-				// Its writer may add more: nothing of the new file
-				// before the old one is done.
-				return want - max, nil
+				i++
+				continue
 			}
 			stop := false
 			if len(s.part) > 0 {
@@ -236,7 +240,7 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 				s.part = nil
 			}
 			fl.finish(s)
-			fl.left = fl.left[1:]
+			fl.left = slices.Delete(fl.left, i, i+1)
 			if stop {
 				return want - max, nil
 			}
@@ -256,7 +260,9 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 			// the look is the live file, read as such.
 			if fl.scan {
 				fl.scan = false
-				if fl.left = fl.rotatedAfter(fl.last, nil, true); len(fl.left) > 0 {
+				if more := fl.rotatedAfter(fl.last, nil, true); len(more) > 0 {
+					fl.left = append(fl.left, more...)
+					slices.SortStableFunc(fl.left, func(a, b *source) int { return olderFirst(a.rotated(), b.rotated()) })
 					continue
 				}
 			}

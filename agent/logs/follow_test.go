@@ -467,3 +467,27 @@ func TestFollowFirstIsStable(t *testing.T) {
 		}
 	}
 }
+
+// logrotate's create racing a writer that reopens by path, then the
+// service going quiet: the file the writer re-created was renamed aside
+// (app.log-2026112718.backup) and logrotate made another, still empty. The
+// old file is not done (nothing was written at the path since), but the
+// file renamed aside is read all the same: a quiet service must not leave
+// its last lines unshipped. Its writer's late lines in the old file are
+// read at the next look.
+func TestFollowCreateRaceThenQuiet(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	x := writer(t, log)
+	x.WriteString(lines(0, 10))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 10)
+	os.Rename(log, log+".1")                  // logrotate renames
+	writer(t, log).WriteString(lines(10, 20)) // the writer re-creates the path
+	os.Rename(log, log+"-2026112718.backup")  // logrotate's create finds it there
+	writer(t, log)                            // and creates another, left empty
+	want(t, readAll(t, fl), 10, 20)
+	x.WriteString(lines(20, 21)) // a late line through the old handle
+	want(t, readAll(t, fl), 20, 21)
+}
