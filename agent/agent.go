@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/rest"
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
@@ -119,6 +120,9 @@ func New(o Options) *Agent {
 		o.LookupEnv = os.LookupEnv
 	}
 	reg := prometheus.NewRegistry()
+	// The standard Go and process series (go_goroutines, process_open_fds,
+	// process_resident_memory_bytes): what a leak shows in first.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Agent{opts: o, log: o.Logger, registry: reg, metrics: newAgentMetrics(reg, o.Version)}
 }
 

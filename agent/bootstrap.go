@@ -275,7 +275,9 @@ func (r *bootRun) step(ctx context.Context, s bootstrap.Step) error {
 		if err != nil {
 			return err
 		}
-		spec := bootstrap.JobSpec{Manifest: m, Source: r.cfg.Job, PermanentExitCodes: r.cfg.PermanentExitCodes}
+		al := r.cfg.Allow
+		spec := bootstrap.JobSpec{Manifest: m, Source: r.cfg.Job, PermanentExitCodes: r.cfg.PermanentExitCodes,
+			Allow: bootstrap.JobAllow{ServiceAccounts: al.ServiceAccounts, HostPaths: al.HostPaths, HostNamespaces: al.HostNamespaces, Privileged: al.Privileged, Capabilities: al.Capabilities}}
 		if err := r.coord.CheckJob(spec, s); err != nil {
 			return err
 		}

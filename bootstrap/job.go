@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path"
 	"slices"
 	"sort"
 	"strconv"
@@ -95,6 +96,8 @@ type JobSpec struct {
 	Source   string
 	// PermanentExitCodes fail the Job at once (podFailurePolicy FailJob).
 	PermanentExitCodes []int32
+	// Allow is what the pod may ask for beyond a plain pod.
+	Allow JobAllow
 }
 
 // defaultBackoffLimit is the Job API's own default, written out so that it
@@ -118,6 +121,9 @@ func (c *Coordinator) job(spec JobSpec, s Step, attempt int) (*unstructured.Unst
 	}
 	if cs, _, _ := unstructured.NestedSlice(obj, "spec", "template", "spec", "containers"); len(cs) == 0 {
 		return nil, fmt.Errorf("%s: spec.template.spec.containers: empty", spec.Source)
+	}
+	if err := checkJobPolicy(obj, spec.Source, spec.Allow); err != nil {
+		return nil, err
 	}
 	labels, err := stringMap(obj, spec.Source, "metadata", "labels")
 	if err != nil {
@@ -224,4 +230,75 @@ func (c *Coordinator) labels(s Step) map[string]string {
 		l[LabelPhase] = s.Phase
 	}
 	return l
+}
+
+// JobAllow names what a Job template may ask for beyond a plain pod. The
+// agent's ServiceAccount can create Jobs, and its token is within reach of
+// the service it runs beside: without these checks a compromised service
+// could have the agent (or the token) start a pod with another account's
+// token, the node's filesystem or its namespaces. The API server's
+// ValidatingAdmissionPolicy (examples/rbac/job-policy.yaml) holds the same
+// line against a Job made with the token directly.
+type JobAllow struct {
+	// ServiceAccounts the Job's pod may run as (serviceAccountName); the
+	// namespace's default account needs no entry.
+	ServiceAccounts []string
+	// HostPaths are hostPath volume paths the pod may mount.
+	HostPaths []string
+	// HostNamespaces the pod may share: network, pid, ipc.
+	HostNamespaces []string
+	// Privileged names the containers that may be privileged.
+	Privileged []string
+	// Capabilities may be added to any container.
+	Capabilities []string
+}
+
+// checkJobPolicy refuses a pod spec that asks for what allow does not
+// name, naming the template and the field.
+func checkJobPolicy(obj map[string]any, source string, allow JobAllow) error {
+	pod, _, _ := unstructured.NestedMap(obj, "spec", "template", "spec")
+	at := "spec.template.spec."
+	for _, f := range []string{"serviceAccountName", "serviceAccount"} {
+		if sa, _ := pod[f].(string); sa != "" && sa != "default" && !slices.Contains(allow.ServiceAccounts, sa) {
+			return fmt.Errorf("%s: %s%s: %q is not in bootstrap.allow.serviceAccounts: a bootstrap Job runs as the namespace's default account unless agent.yaml names another", source, at, f, sa)
+		}
+	}
+	for f, ns := range map[string]string{"hostNetwork": "network", "hostPID": "pid", "hostIPC": "ipc"} {
+		if on, _ := pod[f].(bool); on && !slices.Contains(allow.HostNamespaces, ns) {
+			return fmt.Errorf("%s: %s%s: true, and %q is not in bootstrap.allow.hostNamespaces", source, at, f, ns)
+		}
+	}
+	vols, _ := pod["volumes"].([]any)
+	for i, v := range vols {
+		vm, _ := v.(map[string]any)
+		hp, ok := vm["hostPath"].(map[string]any)
+		if !ok {
+			continue
+		}
+		p, _ := hp["path"].(string)
+		if !slices.Contains(allow.HostPaths, path.Clean(p)) {
+			return fmt.Errorf("%s: %svolumes[%d].hostPath.path: %q is not in bootstrap.allow.hostPaths", source, at, i, p)
+		}
+	}
+	for _, kind := range []string{"initContainers", "containers", "ephemeralContainers"} {
+		cs, _ := pod[kind].([]any)
+		for i, c := range cs {
+			cm, _ := c.(map[string]any)
+			name, _ := cm["name"].(string)
+			sc, _ := cm["securityContext"].(map[string]any)
+			field := fmt.Sprintf("%s%s[%d].securityContext", at, kind, i)
+			if priv, _ := sc["privileged"].(bool); priv && !slices.Contains(allow.Privileged, name) {
+				return fmt.Errorf("%s: %s.privileged: true, and container %q is not in bootstrap.allow.privileged", source, field, name)
+			}
+			caps, _ := sc["capabilities"].(map[string]any)
+			add, _ := caps["add"].([]any)
+			for _, a := range add {
+				c, _ := a.(string)
+				if !slices.Contains(allow.Capabilities, strings.TrimPrefix(strings.ToUpper(c), "CAP_")) {
+					return fmt.Errorf("%s: %s.capabilities.add: %q is not in bootstrap.allow.capabilities", source, field, c)
+				}
+			}
+		}
+	}
+	return nil
 }

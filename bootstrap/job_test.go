@@ -575,3 +575,47 @@ func FuzzJob(f *testing.F) {
 		}
 	})
 }
+
+// A Job template asks for no more than a plain pod unless agent.yaml
+// names it: another account, the node's namespaces or files, privilege,
+// capabilities are refused with the field, and pass once allowed.
+func TestJobPolicy(t *testing.T) {
+	c := &Coordinator{cfg: Config{Name: "keystone-db-sync", Namespace: "ns", PodName: "p"}}
+	const src = "/etc/kolla-agent/db-sync-job.yaml"
+	job := func(pod string) string {
+		return "apiVersion: batch/v1\nkind: Job\nspec: {template: {spec: {" + pod + "}}}\n"
+	}
+	const plain = "containers: [{name: db-sync, image: keystone}]"
+	for _, tc := range []struct {
+		name, pod string
+		want      string
+		allow     JobAllow
+	}{
+		{"another account", "serviceAccountName: cluster-admin-sa, " + plain, `spec.template.spec.serviceAccountName: "cluster-admin-sa" is not in bootstrap.allow.serviceAccounts`, JobAllow{ServiceAccounts: []string{"cluster-admin-sa"}}},
+		{"the deprecated field", "serviceAccount: admin, " + plain, `spec.template.spec.serviceAccount: "admin"`, JobAllow{ServiceAccounts: []string{"admin"}}},
+		{"host network", "hostNetwork: true, " + plain, `spec.template.spec.hostNetwork: true, and "network" is not in bootstrap.allow.hostNamespaces`, JobAllow{HostNamespaces: []string{"network"}}},
+		{"host pid", "hostPID: true, " + plain, `hostPID: true, and "pid"`, JobAllow{HostNamespaces: []string{"pid"}}},
+		{"host ipc", "hostIPC: true, " + plain, `hostIPC: true, and "ipc"`, JobAllow{HostNamespaces: []string{"ipc"}}},
+		{"host path", "volumes: [{name: a, emptyDir: {}}, {name: root, hostPath: {path: /}}], " + plain, `spec.template.spec.volumes[1].hostPath.path: "/" is not in bootstrap.allow.hostPaths`, JobAllow{HostPaths: []string{"/"}}},
+		{"privileged", "containers: [{name: db-sync, securityContext: {privileged: true}}]", `spec.template.spec.containers[0].securityContext.privileged: true, and container "db-sync" is not in bootstrap.allow.privileged`, JobAllow{Privileged: []string{"db-sync"}}},
+		{"privileged init", "initContainers: [{name: init, securityContext: {privileged: true}}], " + plain, `spec.template.spec.initContainers[0].securityContext.privileged`, JobAllow{Privileged: []string{"init"}}},
+		{"a capability", "containers: [{name: db-sync, securityContext: {capabilities: {add: [SYS_ADMIN]}}}]", `spec.template.spec.containers[0].securityContext.capabilities.add: "SYS_ADMIN" is not in bootstrap.allow.capabilities`, JobAllow{Capabilities: []string{"SYS_ADMIN"}}},
+		{"CAP_ spelled", "containers: [{name: db-sync, securityContext: {capabilities: {add: [CAP_NET_ADMIN]}}}]", `"CAP_NET_ADMIN"`, JobAllow{Capabilities: []string{"NET_ADMIN"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.job(JobSpec{Manifest: []byte(job(tc.pod)), Source: src}, Step{Version: "0123456789"}, 0)
+			if err == nil || !strings.HasPrefix(err.Error(), src+": ") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v\nwant one naming %s and %q", err, src, tc.want)
+			}
+			if _, err := c.job(JobSpec{Manifest: []byte(job(tc.pod)), Source: src, Allow: tc.allow}, Step{Version: "0123456789"}, 0); err != nil {
+				t.Errorf("allowed by name, still refused: %v", err)
+			}
+		})
+	}
+	for _, ok := range []string{plain, "serviceAccountName: default, " + plain, "hostNetwork: false, " + plain,
+		"containers: [{name: db-sync, securityContext: {privileged: false, capabilities: {drop: [ALL]}, runAsNonRoot: true}}]"} {
+		if _, err := c.job(JobSpec{Manifest: []byte(job(ok)), Source: src}, Step{Version: "0123456789"}, 0); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}

@@ -75,6 +75,24 @@ type Bootstrap struct {
 	// Endpoints keeps the service's Keystone catalog entry on the URLs the
 	// cluster exposes it at.
 	Endpoints *Endpoints `json:"endpoints,omitempty"`
+	// Allow names what the Job template (create mode) may ask for beyond a
+	// plain pod; anything else is refused before the Job is created.
+	Allow JobAllow `json:"allow,omitempty"`
+}
+
+// JobAllow is bootstrap.allow.
+type JobAllow struct {
+	// ServiceAccounts the Job's pod may run as (serviceAccountName); the
+	// namespace's default account needs no entry.
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+	// HostPaths the pod may mount as hostPath volumes (absolute).
+	HostPaths []string `json:"hostPaths,omitempty"`
+	// HostNamespaces the pod may share with the node: network, pid, ipc.
+	HostNamespaces []string `json:"hostNamespaces,omitempty"`
+	// Privileged names the containers that may run privileged.
+	Privileged []string `json:"privileged,omitempty"`
+	// Capabilities (NET_ADMIN, ...) any container may add.
+	Capabilities []string `json:"capabilities,omitempty"`
 }
 
 // Endpoints is bootstrap.endpoints.
@@ -240,6 +258,7 @@ func (c *Config) validateBootstrap(e *problems) {
 	}
 	b.validatePhases(e)
 	b.validateOwner(e)
+	b.validateAllow(e)
 	switch b.Mode {
 	case BootstrapCreate:
 		switch {
@@ -278,6 +297,35 @@ func (c *Config) validateBootstrap(e *problems) {
 			if _, err := discovery.Parse("job:" + j); err != nil {
 				e.add("bootstrap.jobs[%d]: %q: %v", i, j, err)
 			}
+		}
+	}
+}
+
+var hostNamespaces = []string{"network", "pid", "ipc"}
+
+var capability = regexp.MustCompile(`^[A-Z][A-Z_]*$`)
+
+func (b *Bootstrap) validateAllow(e *problems) {
+	a := b.Allow
+	if reflect.DeepEqual(a, JobAllow{}) {
+		return
+	}
+	if b.Mode != BootstrapCreate {
+		e.add("bootstrap.allow: only for create mode (it judges the Job template)")
+	}
+	for i, p := range a.HostPaths {
+		if !path.IsAbs(p) {
+			e.add("bootstrap.allow.hostPaths[%d]: %q is not an absolute path", i, p)
+		}
+	}
+	for i, n := range a.HostNamespaces {
+		if !slices.Contains(hostNamespaces, n) {
+			e.add("bootstrap.allow.hostNamespaces[%d]: %q (want network, pid or ipc)", i, n)
+		}
+	}
+	for i, c := range a.Capabilities {
+		if !capability.MatchString(c) || strings.HasPrefix(c, "CAP_") {
+			e.add("bootstrap.allow.capabilities[%d]: %q (want a capability's name without CAP_: NET_ADMIN)", i, c)
 		}
 	}
 }

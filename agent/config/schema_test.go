@@ -68,16 +68,17 @@ func schemaFields() map[string]schemagen.Field {
 		"LogSink.AckTimeout":      dur(DefaultLogsAckTimeout),
 
 		// Enums.
-		"Run.Supervise":        {Enum: superviseModes},
-		"Check.Probes":         {Enum: probeKinds},
-		"Bootstrap.Mode":       {Enum: bootstrapModes},
-		"PublicAddress.Scheme": {Enum: schemes},
-		"Reload.Source":        {Enum: reloadSources, Default: reloadSources[0]},
-		"Reload.Action":        {Enum: reloadActions, Default: DefaultReloadAction},
-		"ReloadAction.Action":  {Enum: reloadActions},
-		"LogSink.Type":         {Enum: sinkTypes, Required: &yes},
-		"LogSink.Format":       {Enum: sinkFormats},
-		"Reload.Signal":        {Pattern: signalPattern(), Default: DefaultReloadSignal},
+		"Run.Supervise":           {Enum: superviseModes},
+		"Check.Probes":            {Enum: probeKinds},
+		"Bootstrap.Mode":          {Enum: bootstrapModes},
+		"PublicAddress.Scheme":    {Enum: schemes},
+		"Reload.Source":           {Enum: reloadSources, Default: reloadSources[0]},
+		"Reload.Action":           {Enum: reloadActions, Default: DefaultReloadAction},
+		"ReloadAction.Action":     {Enum: reloadActions},
+		"LogSink.Type":            {Enum: sinkTypes, Required: &yes},
+		"LogSink.Format":          {Enum: sinkFormats},
+		"JobAllow.HostNamespaces": {Enum: hostNamespaces},
+		"Reload.Signal":           {Pattern: signalPattern(), Default: DefaultReloadSignal},
 
 		// Required, or not, against the rule of omitempty.
 		"Sidecar.Process": {Required: &no}, // sidecar: {} is the default matcher

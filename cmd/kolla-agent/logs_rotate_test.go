@@ -111,7 +111,7 @@ logs:
 	close(stop)
 	wg.Wait()
 
-	onDisk, files := linesOnDisk(t, dir)
+	onDisk, files := linesOnDisk(t, dir, appLine)
 	var got map[int]int
 	var missing []int
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
@@ -119,7 +119,7 @@ logs:
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, missing = appLines(recs), missing[:0]
+		got, missing = linesShipped(recs, appLine), missing[:0]
 		for n := range onDisk {
 			if got[n] == 0 {
 				missing = append(missing, n)
@@ -151,14 +151,15 @@ logs:
 
 var appLine = regexp.MustCompile(`INFO app \[-\] line (\d+)$`)
 
-// linesOnDisk is every line of the writer found in the files of dir.
-func linesOnDisk(t *testing.T, dir string) (map[int]string, []string) {
+// linesOnDisk is every numbered line (re's first group) in the files of
+// dir, with the file holding it.
+func linesOnDisk(t *testing.T, dir string, re *regexp.Regexp) (map[int]string, []string) {
 	t.Helper()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := map[int]string{} // line -> the file holding it
+	lines := map[int]string{}
 	var files []string
 	for _, e := range entries {
 		if !e.Type().IsRegular() {
@@ -170,7 +171,7 @@ func linesOnDisk(t *testing.T, dir string) (map[int]string, []string) {
 			t.Fatal(err)
 		}
 		for _, l := range strings.Split(string(b), "\n") {
-			if m := appLine.FindStringSubmatch(l); m != nil {
+			if m := re.FindStringSubmatch(l); m != nil {
 				n, _ := strconv.Atoi(m[1])
 				lines[n] = e.Name()
 			}
@@ -179,13 +180,13 @@ func linesOnDisk(t *testing.T, dir string) (map[int]string, []string) {
 	return lines, files
 }
 
-// appLines counts the writer's lines among the records.
-func appLines(recs []forwardserver.Record) map[int]int {
+// linesShipped counts the numbered lines among the records.
+func linesShipped(recs []forwardserver.Record, re *regexp.Regexp) map[int]int {
 	got := map[int]int{}
 	for _, r := range recs {
 		msg, _ := r.Fields["message"].([]byte)
 		for _, l := range strings.Split(string(msg), "\n") {
-			if m := appLine.FindStringSubmatch(l); m != nil {
+			if m := re.FindStringSubmatch(l); m != nil {
 				n, _ := strconv.Atoi(m[1])
 				got[n]++
 			}
