@@ -166,6 +166,9 @@ func TestEndpointsKeystoneEnforcedScopeTLSRegions(t *testing.T) {
 	wantOut(run(secretDir(t, project), ""), 2, "403", "wants a system-scoped token", "OS_SYSTEM_SCOPE=all")
 	// The private CA not given: the TLS failure, not a silent skip.
 	wantOut(run(secretDir(t, with(system, "OS_CACERT", "")), ""), 2, "certificate signed by unknown authority")
+	// The right CA, another name (the certificate is for 127.0.0.1).
+	wrongName := strings.Replace(ks.URL, "127.0.0.1", "localhost", 1) + "/v3"
+	wantOut(run(secretDir(t, with(system, "OS_AUTH_URL", wrongName)), ""), 2, "x509: certificate is not valid for any names, but wanted to match localhost")
 	// The CA as the Secret's PEM itself; region RegionOne from OS_REGION_NAME.
 	wantOut(run(secretDir(t, with(system, "OS_CACERT", caPEM)), ""), 0, "create public endpoint of "+name+" in RegionOne")
 	if got := endpointsOf(t, hc, ks.URL, systemScope, name); !slices.Equal(got, []string{"public https://glance.example:9292 RegionOne"}) {
