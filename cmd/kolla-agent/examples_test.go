@@ -365,6 +365,7 @@ var notInKustomization = map[string]string{
 	"rbac/bootstrap-wait.yaml":            "a mode no service of the slice uses: not granted (least privilege)",
 	"rbac/bootstrap-condition.yaml":       "no service of the slice sets bootstrap.podCondition: not granted (least privilege)",
 	"rbac/reload-api.yaml":                "a mode no service of the slice uses: not granted (least privilege)",
+	"rbac/job-policy.yaml":                "cluster-wide (a ValidatingAdmissionPolicy and its binding), applied by an administrator to labelled namespaces; TestJobPolicyRefusesForgedJobs applies it",
 	"openstack-helm/":                     "an openstack-helm chart's keystone-api, an alternative to keystone/",
 }
 
