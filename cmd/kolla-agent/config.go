@@ -7,12 +7,13 @@ import (
 	"io"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/kolla-agent/kolla-agent/agent"
 	"github.com/kolla-agent/kolla-agent/agent/config"
 )
 
-// configCommand is `kolla-agent config check|schema`: it reads files and
+// configCommand is `kolla-agent config check|schema|rbac`: it reads files and
 // prints, nothing else (no logger, no cluster).
 func configCommand(g globals, args []string, stdout, stderr io.Writer) int {
 	sub := ""
@@ -22,8 +23,16 @@ func configCommand(g globals, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("kolla-agent config "+sub, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	g.register(fs)
-	var kolla string
+	var kolla, owner, configMaps, sa string
 	switch sub {
+	case "rbac":
+		fs.StringVar(&owner, "owner", "", "the pod's workload, `KIND/NAME` (deployment/keystone-api): reload's rollout and later bootstrap phases reach it only")
+		fs.StringVar(&configMaps, "configmaps", "", "the ConfigMaps of the pod's volumes, `A,B` (reload source api), watched by name")
+		fs.StringVar(&sa, "service-account", "kolla-agent", "the ServiceAccount the RoleBinding binds")
+		fs.Usage = func() {
+			fmt.Fprint(stderr, "Usage: kolla-agent config rbac [--config PATH] [--owner KIND/NAME] [--configmaps A,B] [--service-account NAME]\n\nPrints the Role and RoleBinding this agent.yaml needs: the least, with resourceNames wherever the agent knows the object's name.\n\n")
+			fs.PrintDefaults()
+		}
 	case "check":
 		fs.StringVar(&kolla, "kolla-config", "", "kolla's config.json `PATH` (default: the one in /var/lib/kolla/config_files, if any)")
 		fs.Usage = func() {
@@ -35,7 +44,7 @@ func configCommand(g globals, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stderr, "Usage: kolla-agent config schema\n\nPrints the JSON Schema of agent.yaml.\n")
 		}
 	default:
-		fmt.Fprintf(stderr, "kolla-agent config: want check or schema, not %q\n", sub)
+		fmt.Fprintf(stderr, "kolla-agent config: want check, schema or rbac, not %q\n", sub)
 		return exitConfig
 	}
 	if err := fs.Parse(args); err != nil {
@@ -50,6 +59,17 @@ func configCommand(g globals, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	a := agent.New(agent.Options{ConfigPath: g.config, Root: g.root, Version: version})
+	if sub == "rbac" {
+		var cms []string
+		if configMaps != "" {
+			cms = strings.Split(configMaps, ",")
+		}
+		if err := a.PrintRBAC(agent.RBACOptions{Owner: owner, ConfigMaps: cms}, sa, stdout); err != nil {
+			fmt.Fprintf(stderr, "kolla-agent config rbac: %v\n", err)
+			return exitConfig
+		}
+		return exitOK
+	}
 	err := a.CheckConfig(agent.CheckOptions{Config: g.config, Kolla: kolla}, stdout)
 	if err == nil {
 		return exitOK

@@ -1,0 +1,72 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
+)
+
+// RBACRules names every object the agent knows by name, grants what it
+// cannot name without names, and merges a named verb into one already
+// granted on every object.
+func TestRBACRules(t *testing.T) {
+	cfg, err := config.Parse("agent.yaml", []byte(`namespace: openstack
+dependencies:
+  wait: [service:mariadb, "job:keystone-fernet-setup", "daemonset:infra/ovs", "pod:app=x"]
+bootstrap:
+  mode: create
+  name: keystone-db-sync
+  job: /j.yaml
+  phases:
+    - {name: expand, command: a}
+    - {name: contract, command: b}
+  endpoints: {type: identity, name: keystone, public: {service: keystone}}
+reload: {maxUnavailable: 2, action: rollout, source: api}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, others := RBACRules(cfg, []string{`url = {{ publicURL "glance.images" "/" }}`}, RBACOptions{Owner: "deployment/keystone-api", ConfigMaps: []string{"keystone", "keystone-agent"}})
+	got := map[string]bool{}
+	for _, r := range own {
+		got[r.APIGroups[0]+"/"+r.Resources[0]+" "+strings.Join(r.Verbs, ",")+" "+strings.Join(r.ResourceNames, ",")] = true
+	}
+	for _, want := range []string{
+		"/configmaps get,update keystone-db-sync-bootstrap",
+		"/configmaps create ",
+		"/configmaps list,watch keystone,keystone-agent",
+		"/endpoints list,watch mariadb",
+		"discovery.k8s.io/endpointslices list,watch ",
+		"batch/jobs list,watch,create ", // create mode follows content-named Jobs: the named dependency is covered
+		"/pods get,list,watch ", // its own pod, and pods by label
+		"apps/deployments get,list,watch,patch keystone-api",
+		"apps/replicasets get ",
+		"coordination.k8s.io/leases get,list,watch,update kolla-catalog-keystone,kolla-reload-keystone-db-sync-0,kolla-reload-keystone-db-sync-1",
+		"coordination.k8s.io/leases create ",
+		"/services list,watch keystone",
+		"/events create ",
+	} {
+		if !got[want] {
+			t.Errorf("no rule %q in\n%v", want, got)
+		}
+	}
+	for k := range got {
+		if strings.HasPrefix(k, "batch/jobs list,watch keystone") || strings.Contains(k, "secrets") || strings.HasPrefix(k, "apps/statefulsets") {
+			t.Errorf("a rule it does not need: %q", k)
+		}
+	}
+	in := func(ns string) map[string]bool {
+		m := map[string]bool{}
+		for _, r := range others[ns] {
+			m[r.Resources[0]+" "+strings.Join(r.Verbs, ",")+" "+strings.Join(r.ResourceNames, ",")] = true
+		}
+		return m
+	}
+	if infra := in("infra"); !infra["daemonsets list,watch ovs"] || !infra["pods list,watch "] {
+		t.Errorf("namespace infra: %v", infra)
+	}
+	if images := in("images"); !images["services list,watch glance"] {
+		t.Errorf("namespace images (the template's publicURL): %v", images)
+	}
+}
