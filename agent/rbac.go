@@ -5,6 +5,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -272,15 +273,22 @@ func (a *Agent) PrintRBAC(o RBACOptions, serviceAccount string, w io.Writer) err
 		return err
 	}
 	cfg := config0(p)
+	// Templates where the pod sees them, else beside agent.yaml (the same
+	// ConfigMap holds them), as config check finds them.
 	var templates []string
+	srcs := []string{cfg.Bootstrap.Job}
 	for _, it := range cfg.Render {
-		if b, err := os.ReadFile(a.path(it.Src)); err == nil {
-			templates = append(templates, string(b))
-		}
+		srcs = append(srcs, it.Src)
 	}
-	if cfg.Bootstrap.Job != "" {
-		if b, err := os.ReadFile(a.path(cfg.Bootstrap.Job)); err == nil {
-			templates = append(templates, string(b))
+	for _, src := range srcs {
+		if src == "" {
+			continue
+		}
+		for _, path := range []string{a.path(src), filepath.Join(filepath.Dir(p.Source), filepath.Base(src))} {
+			if b, err := os.ReadFile(path); err == nil {
+				templates = append(templates, string(b))
+				break
+			}
 		}
 	}
 	own, others := RBACRules(cfg, templates, o)
