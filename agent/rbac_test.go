@@ -39,7 +39,7 @@ reload: {maxUnavailable: 2, action: rollout, source: api}
 		"/endpoints list,watch mariadb",
 		"discovery.k8s.io/endpointslices list,watch ",
 		"batch/jobs list,watch,create ", // create mode follows content-named Jobs: the named dependency is covered
-		"/pods get,list,watch ", // its own pod, and pods by label
+		"/pods get,list,watch ",         // its own pod, and pods by label
 		"apps/deployments get,list,watch,patch keystone-api",
 		"apps/replicasets get ",
 		"coordination.k8s.io/leases get,list,watch,update kolla-catalog-keystone,kolla-reload-keystone-db-sync-0,kolla-reload-keystone-db-sync-1",
