@@ -42,8 +42,9 @@ type RBACOptions struct {
 // resourceNames). What cannot be named is not: create (the name is not
 // known to the authoriser), the pod itself (a Deployment's pods have random
 // names), Jobs named by a content hash, objects selected by label.
-// Dependencies in other namespaces need rules there (others).
-func RBACRules(cfg *config.Config, templates []string, o RBACOptions) (own []RBACRule, others map[string][]RBACRule) {
+// Dependencies in other namespaces than the agent's (namespace) need rules
+// there (others).
+func RBACRules(cfg *config.Config, namespace string, templates []string, o RBACOptions) (own []RBACRule, others map[string][]RBACRule) {
 	r := rbacSet{}
 	others = map[string][]RBACRule{}
 	r.add("", "events", "create", "")
@@ -75,7 +76,7 @@ func RBACRules(cfg *config.Config, templates []string, o RBACOptions) (own []RBA
 	elsewhere := map[string]rbacSet{}
 	for _, d := range deps {
 		set := r
-		if d.Namespace != "" && d.Namespace != cfg.Namespace {
+		if d.Namespace != "" && d.Namespace != namespace {
 			if elsewhere[d.Namespace] == nil {
 				elsewhere[d.Namespace] = rbacSet{}
 			}
@@ -291,7 +292,7 @@ func (a *Agent) PrintRBAC(o RBACOptions, serviceAccount string, w io.Writer) err
 			}
 		}
 	}
-	own, others := RBACRules(cfg, templates, o)
+	own, others := RBACRules(cfg, p.Namespace, templates, o)
 	fmt.Fprintf(w, `# The least the agent needs for %s, from kolla-agent config rbac.
 # Not covered: the rule of a resource: dependency (its plural, see
 # examples/rbac/kolla-agent.yaml), the nodes a NodePort Service without

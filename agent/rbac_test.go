@@ -27,7 +27,7 @@ reload: {maxUnavailable: 2, action: rollout, source: api}
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, others := RBACRules(cfg, []string{`url = {{ publicURL "glance.images" "/" }}`}, RBACOptions{Owner: "deployment/keystone-api", ConfigMaps: []string{"keystone", "keystone-agent"}})
+	own, others := RBACRules(cfg, "openstack", []string{`url = {{ publicURL "glance.images" "/" }}`}, RBACOptions{Owner: "deployment/keystone-api", ConfigMaps: []string{"keystone", "keystone-agent"}})
 	got := map[string]bool{}
 	for _, r := range own {
 		got[r.APIGroups[0]+"/"+r.Resources[0]+" "+strings.Join(r.Verbs, ",")+" "+strings.Join(r.ResourceNames, ",")] = true

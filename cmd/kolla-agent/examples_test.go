@@ -38,6 +38,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kolla-agent/kolla-agent/agent"
 	agentconfig "github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
@@ -356,15 +357,25 @@ func decodeObjects(b []byte) ([]*unstructured.Unstructured, error) {
 // The files of examples/ that kustomization.yaml does not list, and why.
 // Everything else must be listed (as a resource or in a configMapGenerator):
 // a new file cannot be forgotten. A directory entry ends in "/".
+// sharedRole: the per-mode Roles, for clusters that bind by mode.
+const sharedRole = "one mode's Role, shared by every service (no resourceNames): the slice binds each service to its own Role instead (rbac/service-roles.yaml); the tests apply these files mode by mode"
+
 var notInKustomization = map[string]string{
 	"README.md":                           "what is where",
 	"exposure/keystone-loadbalancer.yaml": "an alternative to exposure/keystone-nodeport.yaml (the same Service keystone); TestExampleExposures applies it",
 	"exposure/keystone-route.yaml":        "an alternative to exposure/keystone-nodeport.yaml (the same Service keystone, and a Route)",
 	"exposure/keystone-ingress.yaml":      "an alternative to exposure/keystone-nodeport.yaml (the same Service keystone, and an Ingress)",
 	"nova-conductor/pod.yaml":             "deployment.yaml's pod alone (TestExamplePodsValidate keeps them the same)",
-	"rbac/bootstrap-wait.yaml":            "a mode no service of the slice uses: not granted (least privilege)",
-	"rbac/bootstrap-condition.yaml":       "no service of the slice sets bootstrap.podCondition: not granted (least privilege)",
-	"rbac/reload-api.yaml":                "a mode no service of the slice uses: not granted (least privilege)",
+	"rbac/kolla-agent.yaml":               sharedRole,
+	"rbac/bootstrap-create.yaml":          sharedRole,
+	"rbac/bootstrap-lease.yaml":           sharedRole,
+	"rbac/bootstrap-rollout.yaml":         sharedRole,
+	"rbac/bootstrap-wait.yaml":            sharedRole,
+	"rbac/bootstrap-condition.yaml":       sharedRole,
+	"rbac/exposure.yaml":                  sharedRole,
+	"rbac/reload-lease.yaml":              sharedRole,
+	"rbac/reload-rollout.yaml":            sharedRole,
+	"rbac/reload-api.yaml":                sharedRole,
 	"rbac/job-policy.yaml":                "cluster-wide (a ValidatingAdmissionPolicy and its binding), applied by an administrator to labelled namespaces; TestJobPolicyRefusesForgedJobs applies it",
 	"openstack-helm/":                     "an openstack-helm chart's keystone-api, an alternative to keystone/",
 }
@@ -771,64 +782,15 @@ func checkPodReferences(t *testing.T, where string, pt *corev1.PodTemplateSpec, 
 // internalURL, which read the Service through the API.
 var templateNeedsExposure = regexp.MustCompile(`\{\{[^}]*\b(publicURL|internalURL)\b`)
 
-// rolesFor is the Roles of examples/rbac a pod's agent needs for cfg;
-// templates are the files its render and bootstrap.job name.
-func rolesFor(cfg *agentconfig.Config, templates []string) []string {
-	roles := map[string]bool{"kolla-agent": true}
-	switch cfg.Bootstrap.Mode {
-	case agentconfig.BootstrapCreate:
-		roles["kolla-agent-bootstrap-create"] = true
-	case agentconfig.BootstrapLease:
-		roles["kolla-agent-bootstrap-lease"] = true
-	case agentconfig.BootstrapWait:
-		roles["kolla-agent-bootstrap-wait"] = true
-	}
-	if cfg.Bootstrap.HasLater() {
-		roles["kolla-agent-bootstrap-rollout"] = true
-	}
-	if cfg.Bootstrap.PodCondition {
-		roles["kolla-agent-bootstrap-condition"] = true
-	}
-	exposure := cfg.Bootstrap.Endpoints != nil
-	for _, d := range cfg.Dependencies.Wait {
-		exposure = exposure || strings.HasPrefix(d.Wait, "exposed:")
-	}
-	for _, c := range cfg.Probes.Checks {
-		exposure = exposure || c.Dependency != nil && strings.HasPrefix(c.Dependency.Wait, "exposed:")
-	}
-	if cfg.Bootstrap.Mode == agentconfig.BootstrapLease {
-		templates = append(templates, cfg.Bootstrap.Command)
-		for _, ph := range cfg.Bootstrap.Phases {
-			templates = append(templates, ph.Command)
-		}
-	}
-	for _, tmpl := range templates {
-		exposure = exposure || templateNeedsExposure.MatchString(tmpl)
-	}
-	if exposure {
-		roles["kolla-agent-exposure"] = true
-	}
-	if r := cfg.Reload; r != nil {
-		if r.Action == "rollout" || slices.ContainsFunc(r.Actions, func(a agentconfig.ReloadAction) bool { return a.Action == "rollout" }) {
-			roles["kolla-agent-reload-rollout"] = true
-		}
-		if r.MaxUnavailable > 0 {
-			roles["kolla-agent-reload-lease"] = true
-		}
-		if r.Source == "api" {
-			roles["kolla-agent-reload-api"] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(roles))
-}
-
 // checkSliceRBAC: least privilege. Each pod with an agent.yaml (the
 // ConfigMap mounted at /etc/kolla-agent) runs as a ServiceAccount bound to
-// exactly the Roles that agent.yaml needs; no Role reads Secrets or grants
-// everything; nothing is cluster-wide.
+// one Role, whose rules are what `kolla-agent config rbac` prints for that
+// agent.yaml and workload (resourceNames included); no Role reads Secrets
+// or grants everything; nothing is cluster-wide.
 func checkSliceRBAC(t *testing.T, objs []*unstructured.Unstructured, origin func(*unstructured.Unstructured) string) {
 	configMaps := map[string]*corev1.ConfigMap{}
 	bound := map[string][]string{} // ServiceAccount -> Roles
+	roles := map[string][]rbacv1.PolicyRule{}
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ConfigMap":
@@ -852,6 +814,7 @@ func checkSliceRBAC(t *testing.T, objs []*unstructured.Unstructured, origin func
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(o.Object, &r, true); err != nil {
 				t.Fatalf("%s: Role %s: %v", origin(o), o.GetName(), err)
 			}
+			roles[r.Name] = r.Rules
 			for _, rule := range r.Rules {
 				if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.Verbs, "*") {
 					t.Errorf("%s: Role %s grants %v on %v: the agent reads no Secret through the API and needs no wildcard", origin(o), r.Name, rule.Verbs, rule.Resources)
@@ -860,6 +823,14 @@ func checkSliceRBAC(t *testing.T, objs []*unstructured.Unstructured, origin func
 		case "ClusterRole", "ClusterRoleBinding":
 			t.Errorf("%s: %s %s: the slice needs nothing cluster-wide", origin(o), o.GetKind(), o.GetName())
 		}
+	}
+	ruleSet := func(rules []rbacv1.PolicyRule) []string {
+		var out []string
+		for _, r := range rules {
+			out = append(out, strings.Join(r.APIGroups, ",")+"/"+strings.Join(r.Resources, ",")+" "+strings.Join(r.Verbs, ",")+" "+strings.Join(r.ResourceNames, ","))
+		}
+		slices.Sort(out)
+		return out
 	}
 	checked := 0
 	for _, o := range objs {
@@ -901,13 +872,25 @@ func checkSliceRBAC(t *testing.T, objs []*unstructured.Unstructured, origin func
 		if cfg.Bootstrap.Job != "" {
 			templates = append(templates, cm.Data[path.Base(cfg.Bootstrap.Job)])
 		}
-		want := rolesFor(cfg, templates)
+		owner := strings.ToLower(o.GetKind()) + "/" + o.GetName()
+		own, others := agent.RBACRules(cfg, "openstack", templates, agent.RBACOptions{Owner: owner})
+		var want []rbacv1.PolicyRule
+		for _, r := range own {
+			want = append(want, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: r.Resources, Verbs: r.Verbs, ResourceNames: r.ResourceNames})
+		}
+		if len(others) > 0 {
+			t.Errorf("%s: its agent.yaml reads objects of other namespaces %v: the slice is one namespace", where, slices.Collect(maps.Keys(others)))
+		}
 		sa := pt.Spec.ServiceAccountName
-		got := slices.Sorted(slices.Values(bound[sa]))
-		if sa == "" || sa == "default" {
-			t.Errorf("%s: runs its agent as the namespace's default ServiceAccount; give it its own, bound to %v", where, want)
-		} else if !slices.Equal(got, want) {
-			t.Errorf("%s: ServiceAccount %s is bound to %v; its agent.yaml (ConfigMap %s) needs exactly %v", where, sa, got, cmName, want)
+		got := bound[sa]
+		switch {
+		case sa == "" || sa == "default":
+			t.Errorf("%s: runs its agent as the namespace's default ServiceAccount; give it its own", where)
+		case len(got) != 1:
+			t.Errorf("%s: ServiceAccount %s is bound to %v; want one Role, its own", where, sa, got)
+		case !slices.Equal(ruleSet(roles[got[0]]), ruleSet(want)):
+			t.Errorf("%s: Role %s is not what its agent.yaml needs (regenerate it: NAMESPACE=openstack kolla-agent config rbac --config examples/.../agent.yaml --owner %s --service-account %s)\nhas:  %q\nwant: %q",
+				where, got[0], owner, sa, ruleSet(roles[got[0]]), ruleSet(want))
 		}
 		checked++
 	}
