@@ -51,6 +51,7 @@ func RBACRules(cfg *config.Config, namespace string, templates []string, o RBACO
 	r.add("events.k8s.io", "events", "create", "")
 	r.add("", "pods", "get", "") // its own pod: the Event's object, its node
 	var deps []discovery.Dependency
+	var serviceRead [][2]string // Services read for their port alone (namespace, name)
 	for _, d := range cfg.Dependencies.Wait {
 		if dep, err := discovery.Parse(d.Wait); err == nil {
 			deps = append(deps, dep)
@@ -65,27 +66,28 @@ func RBACRules(cfg *config.Config, namespace string, templates []string, o RBACO
 	}
 	for _, t := range templates {
 		for _, m := range exposureCall.FindAllStringSubmatch(t, -1) {
-			if dep, err := discovery.Parse("exposed:" + strings.Replace(m[2], ".", "/", 1)); err == nil {
-				if name, ns, ok := strings.Cut(m[2], "."); ok {
-					dep.Name, dep.Namespace = name, ns
-				}
-				deps = append(deps, dep)
+			ns, name := serviceRef(m[2], namespace)
+			if m[1] == "internalURL" {
+				// The Service's own port only.
+				serviceRead = append(serviceRead, [2]string{ns, name})
+				continue
 			}
+			deps = append(deps, discovery.Dependency{Kind: discovery.KindExposed, Namespace: ns, Name: name})
 		}
 	}
 	elsewhere := map[string]rbacSet{}
-	for _, d := range deps {
-		set := r
-		if d.Namespace != "" && d.Namespace != namespace {
-			if elsewhere[d.Namespace] == nil {
-				elsewhere[d.Namespace] = rbacSet{}
-			}
-			set = elsewhere[d.Namespace]
+	// in is the set of the Role in namespace ns ("" the agent's own).
+	in := func(ns string) rbacSet {
+		if ns == "" || ns == namespace {
+			return r
 		}
-		dependencyRules(set, d)
+		if elsewhere[ns] == nil {
+			elsewhere[ns] = rbacSet{}
+		}
+		return elsewhere[ns]
 	}
-	for ns, set := range elsewhere {
-		others[ns] = set.rules()
+	for _, d := range deps {
+		dependencyRules(in(d.Namespace), d)
 	}
 	b := cfg.Bootstrap
 	owner := o.Owner
@@ -96,14 +98,15 @@ func RBACRules(cfg *config.Config, namespace string, templates []string, o RBACO
 	switch b.Mode {
 	case config.BootstrapCreate:
 		r.add("batch", "jobs", "create", "")
-		r.watch("batch", "jobs", "") // content-hashed names
+		r.watch("batch", "jobs", "")  // content-hashed names
+		r.add("", "pods", "list", "") // a failed Job's pods, by its job-name label: why it failed
 		r.add("", "configmaps", "create", "")
 		r.add("", "configmaps", "get", record)
 		r.add("", "configmaps", "update", record)
 	case config.BootstrapWait:
 		for _, j := range b.Jobs {
 			if dep, err := discovery.Parse("job:" + j); err == nil {
-				dependencyRules(r, dep)
+				dependencyRules(in(dep.Namespace), dep)
 			}
 		}
 		r.add("", "configmaps", "create", "")
@@ -140,10 +143,14 @@ func RBACRules(cfg *config.Config, namespace string, templates []string, o RBACO
 			r.add("coordination.k8s.io", "leases", v, lease)
 		}
 		r.watch("coordination.k8s.io", "leases", lease)
-		for _, ep := range []*config.EndpointURL{e.Public, e.Internal, e.Admin} {
+		if ep := e.Public; ep != nil && ep.Service != "" {
+			ns, name := serviceRef(ep.Service, namespace)
+			dependencyRules(in(ns), discovery.Dependency{Kind: discovery.KindExposed, Namespace: ns, Name: name})
+		}
+		for _, ep := range []*config.EndpointURL{e.Internal, e.Admin} {
 			if ep != nil && ep.Service != "" {
-				dep, _ := discovery.Parse("exposed:" + strings.Replace(ep.Service, ".", "/", 1))
-				dependencyRules(r, dep)
+				ns, name := serviceRef(ep.Service, namespace)
+				serviceRead = append(serviceRead, [2]string{ns, name})
 			}
 		}
 	}
@@ -178,6 +185,12 @@ func RBACRules(cfg *config.Config, namespace string, templates []string, o RBACO
 				r.watch("", "configmaps", cm)
 			}
 		}
+	}
+	for _, sv := range serviceRead {
+		in(sv[0]).watch("", "services", sv[1])
+	}
+	for ns, set := range elsewhere {
+		others[ns] = set.rules()
 	}
 	return r.rules(), others
 }

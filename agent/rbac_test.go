@@ -70,3 +70,41 @@ reload: {maxUnavailable: 2, action: rollout, source: api}
 		t.Errorf("namespace images (the template's publicURL): %v", images)
 	}
 }
+
+// A Service named NAME.NAMESPACE is read in that namespace (not taken as
+// NAMESPACE/NAME), a wait-mode Job of another namespace is watched there,
+// and a Service read only for its port needs no Ingress or Route.
+func TestRBACRulesNamespaces(t *testing.T) {
+	cfg, err := config.Parse("agent.yaml", []byte(`bootstrap:
+  mode: wait
+  name: glance-db-sync
+  jobs: [infra/db-ready]
+  endpoints: {type: image, name: glance, public: {service: glance.openstack}, internal: {service: glance-internal}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, others := RBACRules(cfg, "openstack", []string{`{{ internalURL "keystone" "/v3" }}`}, RBACOptions{})
+	flat := func(rules []RBACRule) string {
+		var b strings.Builder
+		for _, r := range rules {
+			b.WriteString(r.APIGroups[0] + "/" + r.Resources[0] + " " + strings.Join(r.Verbs, ",") + " " + strings.Join(r.ResourceNames, ",") + "\n")
+		}
+		return b.String()
+	}
+	o := flat(own)
+	for _, want := range []string{"/services list,watch glance,glance-internal,keystone\n", "networking.k8s.io/ingresses list,watch \n"} {
+		if !strings.Contains(o, want) {
+			t.Errorf("own Role lacks %q:\n%s", want, o)
+		}
+	}
+	if strings.Contains(o, "batch/jobs") {
+		t.Errorf("the Job of namespace infra is watched in the agent's own:\n%s", o)
+	}
+	if got := flat(others["infra"]); !strings.Contains(got, "batch/jobs list,watch db-ready") {
+		t.Errorf("namespace infra: %s", got)
+	}
+	if _, ok := others["glance"]; ok {
+		t.Errorf("glance.openstack read as namespace glance: %v", others)
+	}
+}

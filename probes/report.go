@@ -122,7 +122,7 @@ func (h *Health) Evaluate(p Probe, exclude map[string]bool, only string) (Report
 		}
 	}
 	if p == Startup && h.started.Load() {
-		rep.Pass, rep.Reason = true, ""
+		rep.Pass, rep.Reason, rep.public = true, "", ""
 	}
 	for _, g := range gs.notes {
 		rep.Checks = append(rep.Checks, CheckReport{Name: g.name, State: "degraded", Reason: g.reason})

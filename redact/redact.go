@@ -30,7 +30,7 @@ func URL(raw string) string {
 	}
 	head, rest := raw[:i+3], raw[i+3:]
 	end := len(rest)
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 && userinfo(rest[:at]) {
 		if j := strings.IndexAny(rest[at:], "/?#"); j >= 0 {
 			end = at + j
 		}
@@ -63,53 +63,96 @@ func URL(raw string) string {
 	return head + strings.Join(parts, ",") + query(tail)
 }
 
+// userinfo reports whether the text before a URL's last '@' is its
+// userinfo rather than a path, a query or a fragment holding an '@'
+// (opendev.org/openstack/nova@stable/2024.1, h:8080/a@b, ?email=a@b). A
+// password may hold an unescaped '/', '?' or '#': then a ':' comes before
+// the first of them, and what is between is not a port.
+func userinfo(before string) bool {
+	j := strings.IndexAny(before, "/?#")
+	if j < 0 {
+		return true
+	}
+	c := strings.IndexByte(before[:j], ':')
+	if c < 0 {
+		return false
+	}
+	port := before[c+1 : j]
+	return port == "" || strings.Trim(port, "0123456789") != ""
+}
+
 // query hides the values of credential-named parameters in a URL's
-// path?query#fragment.
+// path?query#fragment: the query's, and the fragment's when it holds
+// parameters too (#access_token=...).
 func query(tail string) string {
-	q := strings.IndexByte(tail, '?')
-	if q < 0 {
-		return tail
-	}
-	path, rest := tail[:q+1], tail[q+1:]
 	frag := ""
-	if h := strings.IndexByte(rest, '#'); h >= 0 {
-		rest, frag = rest[:h], rest[h:]
+	if h := strings.IndexByte(tail, '#'); h >= 0 {
+		tail, frag = tail[:h], tail[h:]
 	}
-	params := strings.Split(rest, "&")
-	for k, p := range params {
-		if name, _, ok := strings.Cut(p, "="); ok && SecretName(name) {
-			params[k] = name + "=" + Mask
+	if q := strings.IndexByte(tail, '?'); q >= 0 {
+		tail = tail[:q+1] + params(tail[q+1:])
+	}
+	if strings.Contains(frag, "=") {
+		frag = "#" + params(frag[1:])
+	}
+	return tail + frag
+}
+
+// params hides the values of secret-named parameters of a=b&c=d (or ';').
+func params(s string) string {
+	var b strings.Builder
+	for s != "" {
+		k := strings.IndexAny(s, "&;")
+		p, sep := s, ""
+		if k >= 0 {
+			p, sep, s = s[:k], s[k:k+1], s[k+1:]
+		} else {
+			s = ""
 		}
+		if name, _, ok := strings.Cut(p, "="); ok && SecretName(name) {
+			p = name + "=" + Mask
+		}
+		b.WriteString(p + sep)
 	}
-	return path + strings.Join(params, "&") + frag
+	return b.String()
 }
 
 // secretWords are the last words of names whose values are secrets.
 var secretWords = map[string]bool{
-	"password": true, "passwd": true, "passphrase": true, "pwd": true,
+	"password": true, "passwd": true, "passphrase": true, "pwd": true, "authorization": true,
 	"token": true, "secret": true, "key": true, "apikey": true,
 	"credential": true, "credentials": true, "signature": true, "sig": true,
 }
 
 // SecretName reports whether a parameter or variable named name holds a
 // secret: its last word (split at '_', '-', '.' and case changes) says so, as
-// in DB_PASSWORD, OS_TOKEN, X-Auth-Token, api_key or sharedKey, but not
-// DB_PASSWORD_FILE, which holds a path.
+// in DB_PASSWORD, OS_TOKEN, X-Auth-Token, api_key, sharedKey or DBPassword,
+// but not DB_PASSWORD_FILE, which holds a path, nor monkey.
 func SecretName(name string) bool {
 	end := len(name)
 	for end > 0 && !isAlnum(name[end-1]) {
 		end--
 	}
-	start := end
-	for start > 0 && isAlnum(name[start-1]) {
-		c := name[start-1]
-		start--
-		if c >= 'A' && c <= 'Z' && start > 0 && name[start-1] >= 'a' && name[start-1] <= 'z' {
-			break // camelCase: "sharedKey" ends with "Key"
+	name = name[:end]
+	lower := strings.ToLower(name)
+	for w := range secretWords {
+		pos := len(name) - len(w)
+		if pos < 0 || lower[pos:] != w {
+			continue
+		}
+		switch {
+		case pos == 0, !isAlnum(name[pos-1]):
+			return true
+		case isUpper(name[pos]) && !isUpper(name[pos-1]):
+			return true // camelCase: sharedKey
+		case isUpper(name[pos]) && pos+1 < len(name) && !isUpper(name[pos+1]):
+			return true // an acronym before it: DBPassword, APIToken
 		}
 	}
-	return secretWords[strings.ToLower(name[start:end])]
+	return false
 }
+
+func isUpper(c byte) bool { return c >= 'A' && c <= 'Z' }
 
 func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
@@ -120,44 +163,61 @@ func isAlnum(c byte) bool {
 var urlInText = regexp.MustCompile("[A-Za-z][A-Za-z0-9+.-]*://[^\\s\"'`<>]+")
 
 // Text hides credentials anywhere in free text: in every URL it holds, and
-// the value of every NAME=value or NAME: value pair (also "NAME": value,
-// --name=value) whose name is a secret's (SecretName). A value is a quoted
-// string or runs to white space, ',' or ';'.
+// the value of every pair whose name is a secret's (SecretName): NAME=value,
+// NAME: value, "NAME": value, 'NAME': value, --name=value, --name value.
+// A value is a quoted string (escapes honoured) or runs to white space, ',',
+// ';' or a quote; an Authorization header's value runs to the end of the
+// line (its scheme and its credentials).
 func Text(s string) string {
 	if strings.Contains(s, "://") {
 		s = urlInText.ReplaceAllStringFunc(s, URL)
 	}
-	if !strings.ContainsAny(s, "=:") {
+	if !strings.ContainsAny(s, "=:-") {
 		return s
 	}
 	var b strings.Builder
 	last := 0
 	for i := 0; i < len(s); i++ {
-		if s[i] != '=' && s[i] != ':' {
+		c := s[i]
+		flag := c == ' ' && i > 0 && isAlnum(s[i-1]) // "--name value"
+		if c != '=' && c != ':' && !flag {
 			continue
 		}
 		j := i
-		for j > 0 && (s[j-1] == ' ' || s[j-1] == '\t') {
+		for j > 0 && (s[j-1] == ' ' || s[j-1] == '\t') && !flag {
 			j--
 		}
-		quoted := j > 0 && s[j-1] == '"'
-		if quoted {
+		quote := byte(0)
+		if j > 0 && (s[j-1] == '"' || s[j-1] == '\'') {
+			quote = s[j-1]
 			j--
+			if j > 0 && s[j-1] == '\\' {
+				j-- // {\"password\": ...}: JSON inside a string
+			}
 		}
 		k := j
 		for k > 0 && isNameChar(s[k-1]) {
 			k--
 		}
-		if k == j || k < last || !SecretName(s[k:j]) || quoted && (k == 0 || s[k-1] != '"') {
+		name := s[k:j]
+		switch {
+		case k == j || k < last || !SecretName(name):
 			continue
+		case quote != 0 && (k == 0 || s[k-1] != quote && s[k-1] != '\\'):
+			continue
+		case flag && !strings.HasPrefix(name, "-"):
+			continue // "a password value": prose, not a flag
 		}
 		v := i + 1
 		for v < len(s) && (s[v] == ' ' || s[v] == '\t') {
 			v++
 		}
 		end := valueEnd(s, v)
-		if val := s[v:end]; val == "" || val == Mask || strings.Contains(val, "://") {
-			continue // nothing, or a URL hidden above
+		if strings.HasSuffix(strings.ToLower(name), "authorization") {
+			end = v + strings.IndexAny(s[v:]+"\n", "\r\n")
+		}
+		if val := s[v:end]; val == "" || val == Mask || flag && strings.HasPrefix(val, "-") {
+			continue
 		}
 		b.WriteString(s[last:v])
 		b.WriteString(Mask)
@@ -170,12 +230,24 @@ func Text(s string) string {
 	return b.String()
 }
 
-// valueEnd is where the value starting at v ends: after its closing quote,
-// or at white space, ',', ';' or a quote.
+// valueEnd is where the value starting at v ends: after its closing quote
+// (a backslash escapes one), or at white space, ',', ';' or a quote.
 func valueEnd(s string, v int) int {
+	if v < len(s) && s[v] == '\\' && v+1 < len(s) && (s[v+1] == '"' || s[v+1] == '\'') {
+		// \"value\": a quoted value inside a string
+		if e := strings.Index(s[v+2:], s[v:v+2]); e >= 0 {
+			return v + 2 + e + 2
+		}
+		return len(s)
+	}
 	if v < len(s) && (s[v] == '"' || s[v] == '\'') {
-		if e := strings.IndexByte(s[v+1:], s[v]); e >= 0 {
-			return v + e + 2
+		for e := v + 1; e < len(s); e++ {
+			switch s[e] {
+			case '\\':
+				e++
+			case s[v]:
+				return e + 1
+			}
 		}
 		return len(s)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 )
 
 // Handler wraps h so that every record it writes has its message and
@@ -39,6 +40,30 @@ func (h handler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h handler) WithGroup(name string) slog.Handler { return handler{h.next.WithGroup(name)} }
 
+// sprint formats x as slog's handlers would, and as they do, survives a
+// nil pointer whose method panics.
+func sprint(x any) (s string) {
+	defer func() {
+		if recover() != nil {
+			s = "<nil>"
+		}
+	}()
+	return fmt.Sprintf("%+v", x)
+}
+
+// Args is a command line with the value of every secret-named flag hidden:
+// --password=x and --password x (the next word) alike.
+func Args(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, w := range argv {
+		out[i] = Text(w)
+		if i > 0 && strings.HasPrefix(argv[i-1], "-") && !strings.Contains(argv[i-1], "=") && SecretName(argv[i-1]) && !strings.HasPrefix(w, "-") {
+			out[i] = Mask
+		}
+	}
+	return out
+}
+
 // Attr returns a with its value redacted.
 func Attr(a slog.Attr) slog.Attr {
 	v := a.Value.Resolve()
@@ -57,20 +82,16 @@ func Attr(a slog.Attr) slog.Attr {
 		return slog.Group(a.Key, red...)
 	case slog.KindAny:
 		switch x := v.Any().(type) {
-		case error:
-			return slog.String(a.Key, Text(x.Error()))
 		case []string:
-			red := make([]string, len(x))
-			for i, s := range x {
-				red[i] = Text(s)
-			}
-			return slog.Any(a.Key, red)
-		case fmt.Stringer:
-			return slog.String(a.Key, Text(x.String()))
+			return slog.Any(a.Key, Args(x))
+		case []byte:
+			return slog.String(a.Key, Text(string(x)))
+		case error, fmt.Stringer:
+			return slog.String(a.Key, Text(sprint(x)))
 		default:
 			// A map or struct the handler would print: only when it holds
 			// something to hide does it become its redacted text.
-			s := fmt.Sprintf("%+v", x)
+			s := sprint(x)
 			if r := Text(s); r != s {
 				return slog.String(a.Key, r)
 			}

@@ -48,6 +48,7 @@ type source struct {
 	// write until it reopens; a copy: never).
 	size    int64
 	written bool
+	grew    bool // between the last two looks
 	// mtime is the file's when last looked at (the live file's: while it
 	// was not truncated); head its first bytes consumed, up to headLen:
 	// what tells a copy of it (copytruncate) from another file.
@@ -230,8 +231,13 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 				return want - max, err
 			}
 			if !fl.done(s) {
-				i++
-				continue
+				if len(fl.left) <= maxLeft || s.grew {
+					i++
+					continue
+				}
+				// A quiet service rotated again and again (logrotate's
+				// ifempty): the oldest quiet file goes, or they pile up.
+				fl.log("too many rotated log files kept open for their writers: done with the oldest quiet one", "path", fl.path, "files", len(fl.left))
 			}
 			stop := false
 			if len(s.part) > 0 {
@@ -315,6 +321,7 @@ func (fl *follower) done(s *source) bool {
 		return true
 	}
 	grew := fi.Size() != s.size
+	s.grew = grew
 	s.size, s.mtime = fi.Size(), fi.ModTime()
 	if s.readAt() < s.size {
 		return false
@@ -361,6 +368,13 @@ func (fl *follower) truncation() (bool, error) {
 	}
 	p := s.id
 	p.Mark = digest(s.tail.bytes())
+	// The new file first: if it cannot be opened (gone, or now a symlink),
+	// nothing has changed and the next look sees the same truncation, so
+	// the copy must not be queued twice.
+	f, err := openLog(fl.path)
+	if err != nil {
+		return false, err
+	}
 	// Copies made since the last look are at least as new as the file
 	// was then, and newer than the copy found.
 	ref := rotRef{mtime: s.mtime}
@@ -368,6 +382,7 @@ func (fl *follower) truncation() (bool, error) {
 		fl.log("log file truncated (copytruncate); reading its unread end from the copy first", "path", fl.path, "copy", c.Name())
 		cs, err := fl.open(c, s.id.Offset, false)
 		if err != nil {
+			f.Close()
 			return false, err
 		}
 		cs.part, cs.tail = s.part, s.tail
@@ -375,10 +390,6 @@ func (fl *follower) truncation() (bool, error) {
 		ref = rotRef{mtime: cs.mtime, dev: cs.id.Dev, ino: cs.id.Ino}
 	} else {
 		fl.log("log file truncated and no copy of its end found; reading it again from its start", "path", fl.path)
-	}
-	f, err := openLog(fl.path)
-	if err != nil {
-		return false, err
 	}
 	s.f.Close()
 	if fl.live, err = fl.open(f, 0, true); err != nil {
@@ -421,11 +432,20 @@ func (fl *follower) rotation() (bool, error) {
 	return true, nil
 }
 
+// maxLeft bounds the files that left the path and are kept open while
+// their writer might add to them; past it the oldest that did not grow
+// since the last look is done.
+const maxLeft = 16
+
 // finish closes s, read to its end, and remembers it: a scan starts after
 // it, and does not read it again.
 func (fl *follower) finish(s *source) {
 	s.f.Close()
-	fl.last = rotRef{mtime: s.mtime, dev: s.id.Dev, ino: s.id.Ino}
+	// Files can finish out of order now (a quiet one is left open): the
+	// scan's reference only moves forward.
+	if r := s.rotated(); fl.last.ino == 0 || r.mtime.After(fl.last.mtime) {
+		fl.last = rotRef{mtime: s.mtime, dev: s.id.Dev, ino: s.id.Ino}
+	}
 	fl.remember(s.id)
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -24,7 +25,7 @@ var errChanged = errors.New("changed since it was planned")
 // is refused, not followed to /etc/shadow. A symlink gets its own owner,
 // never its target's, and no mode (links have none).
 func setOwnerModeAt(root, p string, want kollaKind, uid, gid int, mode fs.FileMode) error {
-	dir, fd, err := openNoFollow(root, p)
+	dir, fd, last, err := openNoFollow(root, p)
 	if err != nil {
 		return err
 	}
@@ -36,6 +37,11 @@ func setOwnerModeAt(root, p string, want kollaKind, uid, gid int, mode fs.FileMo
 	}
 	if got := kindOfMode(st.Mode); got != want {
 		return &fs.PathError{Op: "chown", Path: p, Err: fmt.Errorf("%w: a %s, not the %s planned", errChanged, got, want)}
+	}
+	if want == kollaFile && st.Nlink > 1 {
+		// A hard link the service made to a file it could not change
+		// (where protected_hardlinks is off): its owner is not handed over.
+		return &fs.PathError{Op: "chown", Path: p, Err: fmt.Errorf("%w: a file with %d links", errChanged, st.Nlink)}
 	}
 	if err := unix.Fchownat(fd, "", uid, gid, unix.AT_EMPTY_PATH); err != nil {
 		return &fs.PathError{Op: "chown", Path: p, Err: err}
@@ -53,7 +59,7 @@ func setOwnerModeAt(root, p string, want kollaKind, uid, gid int, mode fs.FileMo
 	// through its /proc link, which names the inode the descriptor holds.
 	err = unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), perm)
 	if errors.Is(err, unix.ENOENT) && (want == kollaFile || want == kollaDir) {
-		err = fchmodReopen(dir, p[strings.LastIndexByte(p, '/')+1:], &st, perm) // no /proc mounted
+		err = fchmodReopen(dir, last, &st, perm) // no /proc mounted
 	}
 	if err != nil {
 		return &fs.PathError{Op: "chmod", Path: p, Err: err}
@@ -62,22 +68,23 @@ func setOwnerModeAt(root, p string, want kollaKind, uid, gid int, mode fs.FileMo
 }
 
 // openNoFollow opens p under root as an O_PATH descriptor of its last
-// component itself, and of its directory, following no symlink below root.
-func openNoFollow(root, p string) (dir, fd int, err error) {
+// component (named last) itself, and of its directory, following no
+// symlink below root and refusing "..".
+func openNoFollow(root, p string) (dir, fd int, last string, err error) {
 	if root == "" {
 		root = "/"
 	}
 	parts := strings.FieldsFunc(p, func(r rune) bool { return r == '/' })
-	if len(parts) == 0 {
-		return -1, -1, &fs.PathError{Op: "open", Path: p, Err: errors.New("the root itself")}
+	if len(parts) == 0 || slices.Contains(parts, "..") {
+		return -1, -1, "", &fs.PathError{Op: "open", Path: p, Err: errors.New("not a path below the root")}
 	}
 	if dir, err = unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-		return -1, -1, &fs.PathError{Op: "open", Path: root, Err: err}
+		return -1, -1, "", &fs.PathError{Op: "open", Path: root, Err: err}
 	}
 	for i, name := range parts {
 		flags := unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC
-		last := i == len(parts)-1
-		if !last {
+		isLast := i == len(parts)-1
+		if !isLast {
 			flags |= unix.O_DIRECTORY
 		}
 		fd, err := unix.Openat(dir, name, flags, 0)
@@ -87,10 +94,10 @@ func openNoFollow(root, p string) (dir, fd int, err error) {
 			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 				err = fmt.Errorf("%w: %s is not a directory any more (a symlink?)", errChanged, at)
 			}
-			return -1, -1, &fs.PathError{Op: "open", Path: at, Err: err}
+			return -1, -1, "", &fs.PathError{Op: "open", Path: at, Err: err}
 		}
-		if last {
-			return dir, fd, nil
+		if isLast {
+			return dir, fd, name, nil
 		}
 		unix.Close(dir)
 		dir = fd

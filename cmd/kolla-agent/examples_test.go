@@ -889,7 +889,7 @@ func checkSliceRBAC(t *testing.T, objs []*unstructured.Unstructured, origin func
 		case len(got) != 1:
 			t.Errorf("%s: ServiceAccount %s is bound to %v; want one Role, its own", where, sa, got)
 		case !slices.Equal(ruleSet(roles[got[0]]), ruleSet(want)):
-			t.Errorf("%s: Role %s is not what its agent.yaml needs (regenerate it: NAMESPACE=openstack kolla-agent config rbac --config examples/.../agent.yaml --owner %s --service-account %s)\nhas:  %q\nwant: %q",
+			t.Errorf("%s: Role %s is not what its agent.yaml needs (regenerate: make build && bash hack/service-roles.sh; owner %s, ServiceAccount %s)\nhas:  %q\nwant: %q",
 				where, got[0], owner, sa, ruleSet(roles[got[0]]), ruleSet(want))
 		}
 		checked++
