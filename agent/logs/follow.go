@@ -48,7 +48,8 @@ type source struct {
 	// write until it reopens; a copy: never).
 	size    int64
 	written bool
-	grew    bool // between the last two looks
+	grew    bool      // between the last two looks
+	closeAt time.Time // done: kept open until then for a late write
 	// mtime is the file's when last looked at (the live file's: while it
 	// was not truncated); head its first bytes consumed, up to headLen:
 	// what tells a copy of it (copytruncate) from another file.
@@ -97,8 +98,9 @@ type follower struct {
 	maxLine int
 	log     func(msg string, args ...any)
 
-	live *source
-	left []*source // files that left the path, oldest first
+	live    *source
+	left    []*source // files that left the path, oldest first
+	closing []*source // done, open for writerGrace more
 	buf  []byte    // what a read reads into; reused
 
 	// scan: the live file left the path. Once the files that left it are
@@ -199,12 +201,12 @@ func (fl *follower) Positions() []Position {
 
 // Close closes the open files.
 func (fl *follower) Close() {
-	for _, s := range append(fl.left, fl.live) {
+	for _, s := range slices.Concat(fl.left, fl.closing, []*source{fl.live}) {
 		if s != nil {
 			s.f.Close()
 		}
 	}
-	fl.left, fl.live = nil, nil
+	fl.left, fl.closing, fl.live = nil, nil, nil
 }
 
 // Read reads the lines available now, at most max bytes, and gives them
@@ -219,6 +221,23 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 	want := max
 	var err error
 	var more bool
+	// Done files still open for writerGrace: a late line is read now.
+	for i := 0; i < len(fl.closing); {
+		s := fl.closing[i]
+		if max, more, err = fl.drain(s, max, fn); err != nil || max <= 0 || !more {
+			return want - max, err
+		}
+		if time.Now().Before(s.closeAt) {
+			i++
+			continue
+		}
+		if len(s.part) > 0 {
+			fl.emit(s, s.part, len(s.part), false, fn)
+			s.part = nil
+		}
+		s.f.Close()
+		fl.closing = slices.Delete(fl.closing, i, i+1)
+	}
 	for {
 		// Files that left the path, oldest first, each to its end. One
 		// whose writer may still add to it (not done) stays open and is
@@ -432,6 +451,13 @@ func (fl *follower) rotation() (bool, error) {
 	return true, nil
 }
 
+// writerGrace is how long a written file that left the path stays open
+// after it is done. A writer that reopens by path (WatchedFileHandler)
+// checks the path, then writes: one that checked just before logrotate's
+// rename writes one more line into the renamed file after the others moved
+// on and the file looked done. That line is read then, after newer ones.
+const writerGrace = 2 * time.Second
+
 // maxLeft bounds the files that left the path and are kept open while
 // their writer might add to them; past it the oldest that did not grow
 // since the last look is done.
@@ -440,7 +466,12 @@ const maxLeft = 16
 // finish closes s, read to its end, and remembers it: a scan starts after
 // it, and does not read it again.
 func (fl *follower) finish(s *source) {
-	s.f.Close()
+	if s.written {
+		s.closeAt = time.Now().Add(writerGrace)
+		fl.closing = append(fl.closing, s)
+	} else {
+		s.f.Close()
+	}
 	// Files can finish out of order now (a quiet one is left open): the
 	// scan's reference only moves forward.
 	if r := s.rotated(); fl.last.ino == 0 || r.mtime.After(fl.last.mtime) {
@@ -464,7 +495,7 @@ func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*sourc
 	var out []*source
 	var names []string
 	for _, r := range all {
-		if at >= 0 && olderFirst(r, all[at]) <= 0 || at < 0 && r.mtime.Before(ref.mtime) {
+		if at >= 0 && fl.before(r, all[at]) || at < 0 && r.mtime.Before(ref.mtime) {
 			continue
 		}
 		f, err := openLog(r.path)
@@ -496,6 +527,23 @@ func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*sourc
 		fl.log("log file rotated again while not read; shipping the files rotated in between first", "path", fl.path, "files", names)
 	}
 	return out
+}
+
+// before: r was rotated before ref (or is ref). Within one tick of the
+// clock only rotation numbers order two files: a file without one
+// (logrotate's create race renames a writer's new file to
+// NAME-DATE.backup within the tick of the rename before it) is not taken
+// as older; if it was read already, it is known, and skipped.
+func (fl *follower) before(r, ref rotatedFile) bool {
+	switch {
+	case r.dev == ref.dev && r.ino == ref.ino:
+		return true
+	case !r.mtime.Equal(ref.mtime):
+		return r.mtime.Before(ref.mtime)
+	case r.n >= 0 && ref.n >= 0:
+		return olderFirst(r, ref) <= 0
+	}
+	return false
 }
 
 // known: f is a file open already, or finished.

@@ -491,3 +491,46 @@ func TestFollowCreateRaceThenQuiet(t *testing.T) {
 	x.WriteString(lines(20, 21)) // a late line through the old handle
 	want(t, readAll(t, fl), 20, 21)
 }
+
+// A writer that checked the path just before the rename writes one more
+// line into the renamed file after the others moved on and it looked
+// done: the line is still read (within writerGrace), after newer ones.
+func TestFollowLateLineAfterDone(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	old := writer(t, log)
+	old.WriteString(lines(0, 10))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 10)
+	os.Rename(log, log+".1")
+	writer(t, log).WriteString(lines(10, 20)) // the others reopened
+	want(t, readAll(t, fl), 10, 20)
+	if len(fl.left) != 0 || len(fl.closing) != 1 {
+		t.Fatalf("left %d, closing %d: want the old file done and kept open", len(fl.left), len(fl.closing))
+	}
+	old.WriteString(lines(20, 21)) // the late one
+	want(t, readAll(t, fl), 20, 21)
+}
+
+// Within one tick of the clock, a rotated file without a rotation number
+// (logrotate's NAME-DATE.backup) is not taken as older than the numbered
+// one before it: it is read, not skipped as already rotated.
+func TestFollowBackupInTheSameTick(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	writer(t, log).WriteString(lines(0, 10))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 10)
+	os.Rename(log, log+".1")
+	writer(t, log).WriteString(lines(10, 20)) // the writer re-created it
+	os.Rename(log, log+"-2026112720.backup")  // logrotate's create found it
+	writer(t, log).WriteString(lines(20, 30)) // and the writer moved on
+	now := time.Now()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		os.Chtimes(filepath.Join(dir, e.Name()), now, now)
+	}
+	want(t, readAll(t, fl), 10, 30)
+}

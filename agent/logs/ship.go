@@ -238,7 +238,7 @@ func (s *Shipper) Run(ctx context.Context) error {
 		s.succeeded()
 		backoff = 100 * time.Millisecond
 		var tickC <-chan time.Time
-		if !allWatched || s.grouping() {
+		if !allWatched || s.grouping() || s.keeping() {
 			tickC = tick.C
 		}
 		select {
@@ -263,6 +263,17 @@ func (s *Shipper) Run(ctx context.Context) error {
 	}
 	s.drain(ctx)
 	return nil
+}
+
+// keeping reports whether some done file is kept open for a late write
+// (writerGrace): it is looked at again, and closed.
+func (s *Shipper) keeping() bool {
+	for _, sh := range s.files {
+		if len(sh.fl.closing) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // grouping reports whether a record is being grouped in some file: it is
@@ -395,6 +406,7 @@ func defaultTag(path string) string {
 func (s *Shipper) pass(ctx context.Context, final bool) error {
 	for _, p := range slices.Sorted(maps.Keys(s.files)) {
 		sh := s.files[p]
+		finished := sh.fl.nfin
 		for {
 			full, err := s.fill(sh, final)
 			if err != nil {
@@ -409,6 +421,13 @@ func (s *Shipper) pass(ctx context.Context, final bool) error {
 			if !full {
 				sh.idle()
 				break // read all there was
+			}
+		}
+		if sh.fl.nfin != finished && len(sh.pending) == 0 {
+			// Done with a rotated file and nothing left to ship: its
+			// offset goes from the state now, not at the next batch.
+			if err := s.commit(); err != nil {
+				return fmt.Errorf("saving the offsets: %w", err)
 			}
 		}
 	}
