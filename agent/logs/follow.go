@@ -101,7 +101,7 @@ type follower struct {
 	live    *source
 	left    []*source // files that left the path, oldest first
 	closing []*source // done, open for writerGrace more
-	buf  []byte    // what a read reads into; reused
+	buf     []byte    // what a read reads into; reused
 
 	// scan: the live file left the path. Once the files that left it are
 	// read, the files rotated from the path after last (the last of them
