@@ -456,7 +456,7 @@ func (fl *follower) rotation() (bool, error) {
 // checks the path, then writes: one that checked just before logrotate's
 // rename writes one more line into the renamed file after the others moved
 // on and the file looked done. That line is read then, after newer ones.
-const writerGrace = 2 * time.Second
+const writerGrace = 5 * time.Second
 
 // maxLeft bounds the files that left the path and are kept open while
 // their writer might add to them; past it the oldest that did not grow
