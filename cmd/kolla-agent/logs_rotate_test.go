@@ -118,25 +118,8 @@ logs:
 	wg.Wait()
 
 	onDisk, files := linesOnDisk(t, dir, appLine)
-	var got map[int]int
-	var missing []int
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		recs, err := srv.Records()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, missing = linesShipped(recs, appLine), missing[:0]
-		for n := range onDisk {
-			if got[n] == 0 {
-				missing = append(missing, n)
-			}
-		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+	got, missing := awaitShipped(t, srv, onDisk, appLine, time.Minute)
 	if len(missing) > 0 {
-		slices.Sort(missing)
 		where := map[string]int{}
 		for _, n := range missing {
 			where[onDisk[n]]++
@@ -184,6 +167,28 @@ func linesOnDisk(t *testing.T, dir string, re *regexp.Regexp) (map[int]string, [
 		}
 	}
 	return lines, files
+}
+
+// awaitShipped waits up to within for every line of onDisk to reach srv,
+// and returns what arrived and, sorted, what did not.
+func awaitShipped(t *testing.T, srv *forwardserver.Server, onDisk map[int]string, re *regexp.Regexp, within time.Duration) (got map[int]int, missing []int) {
+	t.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(200 * time.Millisecond) {
+		recs, err := srv.Records()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, missing = linesShipped(recs, re), missing[:0]
+		for n := range onDisk {
+			if got[n] == 0 {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			slices.Sort(missing)
+			return got, missing
+		}
+	}
 }
 
 // linesShipped counts the numbered lines among the records.

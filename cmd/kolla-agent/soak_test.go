@@ -130,7 +130,7 @@ logs:
 	for time.Since(begin) < d {
 		now := time.Now()
 		if now.After(nextSample) {
-			m := fmt.Sprintf("http://127.0.0.1:%d/metrics", port)
+			_, m := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", port))
 			samples = append(samples, sample{at: now.Sub(begin), rss: metricValue(t, m, "process_resident_memory_bytes"),
 				fds: metricValue(t, m, "process_open_fds"), goroutines: metricValue(t, m, "go_goroutines")})
 			nextSample = now.Add(5 * time.Second)
@@ -188,25 +188,8 @@ logs:
 	time.Sleep(200 * time.Millisecond)
 
 	onDisk, files := linesOnDisk(t, dir, soakLine)
-	var missing []int
-	var got map[int]int
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
-		recs, err := srv.Records()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, missing = linesShipped(recs, soakLine), missing[:0]
-		for n := range onDisk {
-			if got[n] == 0 {
-				missing = append(missing, n)
-			}
-		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
+	_, missing := awaitShipped(t, srv, onDisk, soakLine, 2*time.Minute)
 	if len(missing) > 0 {
-		slices.Sort(missing)
 		t.Errorf("%d of %d lines on disk never arrived (first %v)", len(missing), len(onDisk), missing[:min(10, len(missing))])
 	}
 	code, body := get(fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", port))
@@ -259,16 +242,15 @@ func randBetween(lo, hi int) time.Duration {
 	return time.Duration(lo)*time.Second + rand.N(time.Duration(hi-lo)*time.Second)
 }
 
-// metricValue reads one unlabelled sample from a /metrics page.
-func metricValue(t *testing.T, url, name string) float64 {
-	_, body := get(url)
+// metricValue reads one unlabelled sample from a /metrics page's body.
+func metricValue(t *testing.T, body, name string) float64 {
 	for _, l := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(l, name+" "); ok {
 			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			return f
 		}
 	}
-	t.Errorf("no %s in %s", name, url)
+	t.Errorf("no %s in the /metrics page", name)
 	return 0
 }
 
