@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -117,13 +118,17 @@ func (e *Env) containerdSocket() string { return e.nodePath("containerd.sock") }
 // The other Env holds the node from the moment it records the host's state
 // (its host.json) until Stop has put the host back and removed that file,
 // whether or not its processes still run: a node that crashed must be
-// brought down (its host state restored) before another starts.
+// brought down (its host state restored) before another starts. One case is
+// brought down here instead of refused: a node abandoned whole, its starter
+// and every component dead (a run killed with its process group, as a CI
+// job at its time limit). Nothing is left to ask, and refusing would fail
+// every later run on the machine.
 func (e *Env) lockNode() error {
 	for range 3 {
 		// O_EXCL: of two Envs starting at once, one gets the lock.
 		f, err := os.OpenFile(nodeLock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if err == nil {
-			_, werr := f.WriteString(e.Dir + "\n")
+			_, werr := fmt.Fprintf(f, "%s\n%s\n", e.Dir, processID(os.Getpid()))
 			return errors.Join(werr, f.Close())
 		}
 		if !errors.Is(err, os.ErrExist) {
@@ -133,12 +138,18 @@ func (e *Env) lockNode() error {
 		if err != nil {
 			continue // removed meanwhile
 		}
-		other := strings.TrimSpace(string(b))
+		other, owner := parseNodeLock(b)
 		if other == e.Dir {
 			return nil
 		}
 		if _, err := os.Stat(filepath.Join(other, fileHost)); err == nil {
-			return fmt.Errorf("a node already runs on this machine, started in %s (stop it with hack/testenv down %s)", other, other)
+			if !abandoned(other, owner) {
+				return fmt.Errorf("a node already runs on this machine, started in %s (stop it with hack/testenv down %s)", other, other)
+			}
+			if err := bringDown(other); err != nil {
+				return fmt.Errorf("a node abandoned in %s (its starter and components are gone): bringing it down: %w (try hack/testenv down %s)", other, err, other)
+			}
+			continue
 		}
 		// Stale: its Env put the host back, or its directory is gone.
 		if err := os.Remove(nodeLock); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -148,9 +159,92 @@ func (e *Env) lockNode() error {
 	return fmt.Errorf("could not take the node lock %s", nodeLock)
 }
 
-func unlockNode(dir string) error {
+// parseNodeLock reads the lock: the holder's directory, then the identity
+// of the process that took it (processID; absent in older locks).
+func parseNodeLock(b []byte) (dir, owner string) {
+	dir, rest, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSpace(dir), strings.TrimSpace(rest)
+}
+
+// nodeLockHolder is the directory of the Env holding the node, "" if none.
+func nodeLockHolder() string {
 	b, err := os.ReadFile(nodeLock)
-	if err != nil || strings.TrimSpace(string(b)) != dir {
+	if err != nil {
+		return ""
+	}
+	dir, _ := parseNodeLock(b)
+	return dir
+}
+
+// processID names a process by its PID and start time, which a recycled
+// PID does not share; "" if the process is gone.
+func processID(pid int) string {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// Fields after the parenthesised command name: state is the first,
+	// starttime (field 22 of the whole line) the twentieth.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return ""
+	}
+	return strconv.Itoa(pid) + " " + f[19]
+}
+
+// abandoned reports whether the node started in dir has nobody left: the
+// process that took the lock is gone and no live process names dir on its
+// command line (every component does, recorded or restarted since). The
+// containerd shims are left out: they outlive containerd by design, and
+// bringing the node down kills them.
+func abandoned(dir, owner string) bool {
+	if pid, _, ok := strings.Cut(owner, " "); ok {
+		if n, err := strconv.Atoi(pid); err == nil && processID(n) == owner {
+			return false
+		}
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, ent := range entries {
+		pid, err := strconv.Atoi(ent.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
+		if err != nil || bytes.Contains(cmdline, []byte("containerd-shim")) {
+			continue
+		}
+		if alive(pid, dir) {
+			return false
+		}
+	}
+	return true
+}
+
+// bringDown does what hack/testenv down does for a node whose Env cannot
+// be opened whole (it may have died before writing its pids): stop what it
+// recorded, kill its pods and shims, and restore the host it recorded.
+func bringDown(dir string) error {
+	e := newEnv(dir, "", false)
+	e.node = true
+	if pids, err := readPids(e.path(filePids)); err == nil {
+		for _, pe := range pids {
+			if p := adopt(pe.name, pe.pid, dir, e.path(pe.name+".log")); p != nil {
+				e.procs[pe.name] = p
+			}
+		}
+	}
+	return e.Stop()
+}
+
+func unlockNode(dir string) error {
+	if nodeLockHolder() != dir {
 		return nil
 	}
 	return os.Remove(nodeLock)
@@ -659,7 +753,7 @@ func (e *Env) stopNode() error {
 	stop(KubeletName)
 	// The pods' cgroups are the node's: an Env that was refused the node
 	// (another runs) must not kill that one's pods.
-	if b, err := os.ReadFile(nodeLock); err == nil && strings.TrimSpace(string(b)) == e.Dir {
+	if nodeLockHolder() == e.Dir {
 		for _, cg := range topCgroups() {
 			if filepath.Base(cg) == "kubepods" || strings.HasPrefix(filepath.Base(cg), "kubepods.") {
 				killCgroup(cg)
@@ -698,7 +792,7 @@ func killShims(socket string) {
 // restoreNodeHost puts the host back as setupHost found it and checks that
 // it is: every difference left is an error.
 func (e *Env) restoreNodeHost() error {
-	if b, err := os.ReadFile(nodeLock); err == nil && strings.TrimSpace(string(b)) != e.Dir {
+	if h := nodeLockHolder(); h != "" && h != e.Dir {
 		return nil // the node is another Env's: this one never touched the host
 	}
 	before, err := readHostState(e.path(fileHost))

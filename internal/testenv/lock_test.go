@@ -1,0 +1,84 @@
+package testenv
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAbandoned: a node is brought down by the next Env only when nobody is
+// left: the lock's owner is gone (or its PID now names another process) and
+// no process but a shim names its directory.
+func TestAbandoned(t *testing.T) {
+	dir := t.TempDir()
+	self := processID(os.Getpid())
+	if self == "" {
+		t.Fatal("processID of the test itself is empty")
+	}
+	pid, start, _ := strings.Cut(self, " ")
+	recycled := pid + " " + start + "0" // the same PID, another start time
+
+	for _, tc := range []struct {
+		name, owner string
+		want        bool
+	}{
+		{"an old lock without owner", "", true},
+		{"the owner runs", self, false},
+		{"the owner's PID was recycled", recycled, true},
+		{"a garbled owner", "x", true},
+	} {
+		if got := abandoned(dir, tc.owner); got != tc.want {
+			t.Errorf("%s: abandoned = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+
+	// A component (any process naming dir/) keeps it, whoever the owner was.
+	comp := exec.Command("sh", "-c", "sleep 60; exit 0", filepath.Join(dir, "etcd-data"))
+	if err := comp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { comp.Process.Kill(); comp.Wait() })
+	waitFor(t, func() bool { return !abandoned(dir, "") })
+	// A shim alone does not.
+	shim := exec.Command("sh", "-c", "sleep 60; exit 0", "containerd-shim-runc-v2", "-address", filepath.Join(dir, "node", "containerd.sock"))
+	if err := shim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shim.Process.Kill(); shim.Wait() })
+	comp.Process.Kill()
+	comp.Wait()
+	if !abandoned(dir, "") {
+		t.Error("a node with only a shim left is not abandoned")
+	}
+	// Another directory's process is not this one's component.
+	if !abandoned(dir+"x", "") {
+		t.Error("a process naming a longer directory kept this one")
+	}
+}
+
+func TestParseNodeLock(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"/tmp/a\n":             {"/tmp/a", ""}, // the format before owners
+		"/tmp/a\n42 12345\n":   {"/tmp/a", "42 12345"},
+		" /tmp/a \n 42 12345 ": {"/tmp/a", "42 12345"},
+		"":                     {"", ""},
+	} {
+		dir, owner := parseNodeLock([]byte(in))
+		if dir != want[0] || owner != want[1] {
+			t.Errorf("parseNodeLock(%q) = %q, %q; want %q, %q", in, dir, owner, want[0], want[1])
+		}
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
