@@ -55,6 +55,7 @@ type source struct {
 	// what tells a copy of it (copytruncate) from another file.
 	mtime time.Time
 	head  []byte
+	born  time.Time // creation time; zero where the filesystem keeps none
 }
 
 func (s *source) readAt() int64 { return s.id.Offset + int64(len(s.part)) }
@@ -116,11 +117,27 @@ type follower struct {
 }
 
 // rotRef is where a scan for rotated files starts: after the file with
-// this inode (olderFirst), or, with none or when it is gone, at mtime
-// (files as new count: the clock's grain).
+// this inode (before), or, with none or when it is gone, at its creation
+// time, or its mtime where there is none (files as new as it count: the
+// clock's grain).
 type rotRef struct {
-	mtime    time.Time
-	dev, ino uint64
+	mtime, born time.Time
+	dev, ino    uint64
+}
+
+func (s *source) ref() rotRef {
+	return rotRef{mtime: s.mtime, born: s.born, dev: s.id.Dev, ino: s.id.Ino}
+}
+
+// olderThan: r came to the path before ref. Creation order is the order
+// in which files held the path; mtime only says when each was last
+// written, and a late line in an older file makes it look newer than one
+// rotated after it.
+func (r rotatedFile) olderThan(ref rotRef) bool {
+	if !r.born.IsZero() && !ref.born.IsZero() && !r.born.Equal(ref.born) {
+		return r.born.Before(ref.born)
+	}
+	return r.mtime.Before(ref.mtime)
 }
 
 func newFollower(path string, maxLine int, log func(string, ...any)) *follower {
@@ -154,6 +171,8 @@ func (fl *follower) resume(p Position) error {
 			// Saved positions come in no order of age.
 			slices.SortStableFunc(fl.left, func(a, b *source) int { return olderFirst(a.rotated(), b.rotated()) })
 			fl.scan = true
+			// What rotated before it was read: the scan starts after it.
+			fl.passed(s)
 		}
 	}
 	return err
@@ -162,7 +181,7 @@ func (fl *follower) resume(p Position) error {
 // rotated describes s as a file rotated from the path, as it is now.
 func (s *source) rotated() rotatedFile {
 	name := s.f.Name()
-	return rotatedFile{path: name, n: rotationNumber(filepath.Base(s.id.Path), filepath.Base(name)), mtime: s.mtime, dev: s.id.Dev, ino: s.id.Ino}
+	return rotatedFile{path: name, n: rotationNumber(filepath.Base(s.id.Path), filepath.Base(name)), mtime: s.mtime, born: s.born, dev: s.id.Dev, ino: s.id.Ino}
 }
 
 // open makes f a source read from off.
@@ -182,14 +201,17 @@ func (fl *follower) open(f *os.File, off int64, written bool) (*source, error) {
 	if fi, err := f.Stat(); err == nil {
 		s.size, s.mtime = fi.Size(), fi.ModTime()
 	}
+	s.born = birth(f)
 	return s, nil
 }
 
 // Positions are where reading stands in each open file, oldest first:
-// identity, the offset consumed into lines, and its marker.
+// identity, the offset consumed into lines, and its marker. Done files
+// kept open for a late line count: saved, an agent killed meanwhile reads
+// that line after its restart.
 func (fl *follower) Positions() []Position {
 	var out []Position
-	for _, s := range append(fl.left[:len(fl.left):len(fl.left)], fl.live) {
+	for _, s := range slices.Concat(fl.closing, fl.left, []*source{fl.live}) {
 		if s != nil {
 			p := s.id
 			p.Mark = digest(s.tail.bytes())
@@ -406,7 +428,7 @@ func (fl *follower) truncation() (bool, error) {
 		}
 		cs.part, cs.tail = s.part, s.tail
 		fl.left = append(fl.left, cs)
-		ref = rotRef{mtime: cs.mtime, dev: cs.id.Dev, ino: cs.id.Ino}
+		ref = cs.ref()
 	} else {
 		fl.log("log file truncated and no copy of its end found; reading it again from its start", "path", fl.path)
 	}
@@ -472,12 +494,17 @@ func (fl *follower) finish(s *source) {
 	} else {
 		s.f.Close()
 	}
-	// Files can finish out of order now (a quiet one is left open): the
-	// scan's reference only moves forward.
-	if r := s.rotated(); fl.last.ino == 0 || r.mtime.After(fl.last.mtime) {
-		fl.last = rotRef{mtime: s.mtime, dev: s.id.Dev, ino: s.id.Ino}
-	}
+	fl.passed(s)
 	fl.remember(s.id)
+}
+
+// passed makes s the scan's reference if it came to the path after the
+// one there: files finish out of order (a quiet one is left open), and the
+// reference only moves forward.
+func (fl *follower) passed(s *source) {
+	if fl.last.ino == 0 || !s.rotated().olderThan(fl.last) {
+		fl.last = s.ref()
+	}
 }
 
 func (fl *follower) remember(p Position) {
@@ -495,7 +522,7 @@ func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*sourc
 	var out []*source
 	var names []string
 	for _, r := range all {
-		if at >= 0 && fl.before(r, all[at]) || at < 0 && r.mtime.Before(ref.mtime) {
+		if at >= 0 && fl.before(r, all[at]) || at < 0 && r.olderThan(ref) {
 			continue
 		}
 		f, err := openLog(r.path)
@@ -529,15 +556,18 @@ func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*sourc
 	return out
 }
 
-// before: r was rotated before ref (or is ref). Within one tick of the
-// clock only rotation numbers order two files: a file without one
-// (logrotate's create race renames a writer's new file to
-// NAME-DATE.backup within the tick of the rename before it) is not taken
-// as older; if it was read already, it is known, and skipped.
+// before: r was rotated before ref (or is ref): created before it, or,
+// where creation times are not kept or equal, last written before it.
+// Within one tick of the clock only rotation numbers order two files: a
+// file without one (logrotate's create race renames a writer's new file
+// to NAME-DATE.backup within the tick of the rename before it) is not
+// taken as older; if it was read already, it is known, and skipped.
 func (fl *follower) before(r, ref rotatedFile) bool {
 	switch {
 	case r.dev == ref.dev && r.ino == ref.ino:
 		return true
+	case !r.born.IsZero() && !ref.born.IsZero() && !r.born.Equal(ref.born):
+		return r.born.Before(ref.born)
 	case !r.mtime.Equal(ref.mtime):
 		return r.mtime.Before(ref.mtime)
 	case r.n >= 0 && ref.n >= 0:

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -533,4 +534,84 @@ func TestFollowBackupInTheSameTick(t *testing.T) {
 		os.Chtimes(filepath.Join(dir, e.Name()), now, now)
 	}
 	want(t, readAll(t, fl), 10, 30)
+}
+
+// logrotate's create race, then a late line into the renamed file: the
+// file renamed aside (.backup) was last written before the old file was.
+// By mtime it looks older than the old file, which is done and read by the
+// time the path is scanned; it came to the path after it all the same,
+// and is read. (Found by the real logrotate racing WatchedFileHandler:
+// up to 120 lines of a .backup in about 1 run of 7.)
+func TestFollowBackupOlderThanALateLine(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "app.log")
+			old := writer(t, log)
+			old.WriteString(lines(0, 10))
+			fl := newFollower(log, 1024, nil)
+			want(t, readAll(t, fl), 0, 10)
+			saved := fl.Positions()
+			os.Rename(log, log+".1")
+			writer(t, log).WriteString(lines(10, 20)) // the writer re-created it
+			os.Rename(log, log+"-2026112720.backup")  // logrotate's create found it
+			writer(t, log).WriteString(lines(20, 30)) // and the writer moved on
+			old.WriteString(lines(30, 31))            // another writer's late line
+			fi, err := os.Stat(log + ".1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ago := fi.ModTime().Add(-50 * time.Millisecond)
+			os.Chtimes(log+"-2026112720.backup", ago, ago)
+			if restart {
+				fl.Close()
+				fl = newFollower(log, 1024, nil)
+				for _, p := range saved {
+					if err := fl.resume(p); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			defer fl.Close()
+			got := readAll(t, fl)
+			slices.Sort(got)
+			var w []string
+			for i := 10; i < 31; i++ {
+				w = append(w, strings.TrimSuffix(lines(i, i+1), "\n"))
+			}
+			slices.Sort(w)
+			if !slices.Equal(got, w) {
+				t.Fatalf("got %d lines %.300q, want lines 10..30", len(got), got)
+			}
+		})
+	}
+}
+
+// The late line of TestFollowLateLineAfterDone, written while the agent
+// is down: the done file's position was saved, and it is read after the
+// restart.
+func TestFollowLateLineAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	old := writer(t, log)
+	old.WriteString(lines(0, 10))
+	fl := newFollower(log, 1024, nil)
+	want(t, readAll(t, fl), 0, 10)
+	os.Rename(log, log+".1")
+	writer(t, log).WriteString(lines(10, 20))
+	want(t, readAll(t, fl), 10, 20)
+	saved := fl.Positions()
+	fl.Close()
+	if len(saved) != 2 {
+		t.Fatalf("saved %d positions, want the done file's and the live one's", len(saved))
+	}
+	old.WriteString(lines(20, 21)) // the late one, while the agent is down
+	fl = newFollower(log, 1024, nil)
+	defer fl.Close()
+	for _, p := range saved {
+		if err := fl.resume(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want(t, readAll(t, fl), 20, 21)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -68,4 +69,32 @@ func fileType(m uint32) string {
 		return "symlink"
 	}
 	return "special file"
+}
+
+// birth is f's creation time (statx's btime), zero where the filesystem
+// does not keep one.
+func birth(f *os.File) time.Time {
+	var stx unix.Statx_t
+	c, err := f.SyscallConn()
+	if err != nil {
+		return time.Time{}
+	}
+	c.Control(func(fd uintptr) {
+		err = unix.Statx(int(fd), "", unix.AT_EMPTY_PATH, unix.STATX_BTIME, &stx)
+	})
+	return btime(&stx, err)
+}
+
+// birthAt is birth for a path, not following a symlink.
+func birthAt(path string) time.Time {
+	var stx unix.Statx_t
+	err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BTIME, &stx)
+	return btime(&stx, err)
+}
+
+func btime(stx *unix.Statx_t, err error) time.Time {
+	if err != nil || stx.Mask&unix.STATX_BTIME == 0 {
+		return time.Time{}
+	}
+	return time.Unix(stx.Btime.Sec, int64(stx.Btime.Nsec))
 }

@@ -314,6 +314,7 @@ type rotatedFile struct {
 	path     string
 	n        int // rotation number (app.log.2: 2); -1 without one (app.log-20261123)
 	mtime    time.Time
+	born     time.Time // creation; zero where the filesystem keeps none
 	dev, ino uint64
 }
 
@@ -336,7 +337,8 @@ func rotatedFrom(path string) []rotatedFile {
 		if !ok {
 			continue
 		}
-		out = append(out, rotatedFile{path: filepath.Join(dir, e.Name()), n: rotationNumber(base, e.Name()), mtime: fi.ModTime(), dev: uint64(st.Dev), ino: st.Ino})
+		path := filepath.Join(dir, e.Name())
+		out = append(out, rotatedFile{path: path, n: rotationNumber(base, e.Name()), mtime: fi.ModTime(), born: birthAt(path), dev: uint64(st.Dev), ino: st.Ino})
 	}
 	slices.SortFunc(out, olderFirst)
 	return out
@@ -351,10 +353,16 @@ func rotationNumber(base, name string) int {
 	return -1
 }
 
-// olderFirst orders rotated files by mtime, then (files written within one
-// tick of the kernel's coarse clock have the same) by rotation number
-// (app.log.2 before app.log.1), then by name (dates).
+// olderFirst orders rotated files by creation time (the order they held
+// the path in), then, where it is not kept or equal, by mtime, then (files
+// written within one tick of the kernel's coarse clock have the same) by
+// rotation number (app.log.2 before app.log.1), then by name (dates).
 func olderFirst(a, b rotatedFile) int {
+	if !a.born.IsZero() && !b.born.IsZero() {
+		if c := a.born.Compare(b.born); c != 0 {
+			return c
+		}
+	}
 	if c := a.mtime.Compare(b.mtime); c != 0 {
 		return c
 	}
