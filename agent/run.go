@@ -246,6 +246,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		return 0, configErr("run.user/run.group: %v", err)
 	}
 	env := a.childEnv(cred)
+	a.closeToken()
 	command, oneShot, err := a.command(p, rc.kc, args)
 	if err != nil {
 		return 0, err

@@ -199,11 +199,17 @@ func TestExamplesKeystoneSlice(t *testing.T) {
 	start := time.Now()
 	apply(t, objs)
 
-	waitReady(t, ns, "application=mariadb", 1, 5*time.Minute)
+	mpods := waitReady(t, ns, "application=mariadb", 1, 5*time.Minute)
 	t.Logf("mariadb Ready %.1fs after the apply", time.Since(start).Seconds())
-	waitReady(t, ns, "application=memcached", 1, 2*time.Minute)
+	cpods := waitReady(t, ns, "application=memcached", 1, 2*time.Minute)
 	pods := waitReady(t, ns, "application=keystone,component=api", 2, 10*time.Minute)
 	t.Logf("keystone's 2 replicas Ready %.1fs after the apply", time.Since(start).Seconds())
+	// The API token: in the agent's container only, and closed to the
+	// service's user there (mysqld as mysql, keystone's WSGI workers);
+	// none at all where agent and service are one user (memcached).
+	serviceCannotReadToken(t, mpods[0], 1)
+	serviceCannotReadToken(t, cpods[0], 0)
+	serviceCannotReadToken(t, pods[0], 1)
 
 	// Each bootstrap step's Job once, run to completion by the kubelet;
 	// contract too, once both replicas run the new version (after the
@@ -319,6 +325,7 @@ func TestExamplesKeystoneSlice(t *testing.T) {
 	apply(t, examplesSlice(t, "glance"))
 	gpods := waitReady(t, ns, "application=glance,component=api", 1, 10*time.Minute)
 	t.Logf("glance-api Ready %.1fs after the apply", time.Since(start).Seconds())
+	serviceCannotReadToken(t, gpods[0], 1)
 	token := keystoneToken(t, fmt.Sprintf("http://%s:5000", svc.Spec.ClusterIP), string(secret.Data["OS_PASSWORD"]))
 	eps := catalogOf(t, fmt.Sprintf("http://%s:5000", svc.Spec.ClusterIP), token, "glance")
 	wantEps := []string{"internal http://glance-api.openstack.svc.cluster.local:9292 RegionOne", "public https://198.51.100.11 RegionOne"} // 443 is https's own
@@ -499,12 +506,27 @@ func TestExamplesNovaSlice(t *testing.T) {
 	deleteAtEnd(t, ns)
 	hostPathVolume(t, ns, "data-mariadb-0", 42434)
 	hostPathVolume(t, ns, "data-rabbitmq-0", 42439)
+	// examples/rbac/job-policy.yaml in force before the init container
+	// creates nova's schema Jobs: they must pass it.
+	var nsObjs []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" {
+			nsObjs = append(nsObjs, o)
+		}
+	}
+	apply(t, nsObjs)
+	enforceJobPolicy(t, ns, "nova-secrets")
 	start := time.Now()
 	apply(t, objs)
-	waitReady(t, ns, "application=rabbitmq", 1, 5*time.Minute)
+	rpods := waitReady(t, ns, "application=rabbitmq", 1, 5*time.Minute)
 	t.Logf("rabbitmq Ready %.1fs after the apply", time.Since(start).Seconds())
 	pods := waitReady(t, ns, "application=nova,component=conductor", 1, 10*time.Minute)
 	t.Logf("nova-conductor Ready %.1fs after the apply", time.Since(start).Seconds())
+	// The token only in the agent's sidecar (its init container used it
+	// and is gone): nova-conductor, the sidecar's uid in a shared process
+	// namespace, cannot reach it through the sidecar's /proc entries.
+	serviceCannotReadToken(t, rpods[0], 0)
+	serviceCannotReadToken(t, pods[0], 1)
 	ctx := context.Background()
 
 	jobs, err := env.Client().BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: "application=nova,component=db-sync"})
@@ -534,6 +556,7 @@ func TestExamplesNovaSlice(t *testing.T) {
 			sidecar = pid
 		}
 	}
+	forgedJobRefused(t, ns, sidecar)
 	verbose, _, err := probes.Ask(ctx, fmt.Sprintf("/proc/%d/root/run/kolla-agent/agent.sock", sidecar), probes.Readiness, true)
 	if err != nil || !strings.Contains(verbose, "[+]rpc pass") || !strings.Contains(verbose, "its dispatcher is alive") {
 		t.Errorf("the sidecar's readiness over its socket (pid %d): %v\n%s", sidecar, err, verbose)

@@ -109,6 +109,10 @@ func (g *globals) register(fs *flag.FlagSet) {
 }
 
 func main() {
+	if err := notDumpable(); err != nil {
+		// A seccomp profile may refuse prctl: the agent still does its job.
+		fmt.Fprintln(os.Stderr, "kolla-agent: warning: cannot make itself undumpable (its /proc stays readable to its uid):", err)
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
