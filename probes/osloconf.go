@@ -16,7 +16,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kolla-agent/kolla-agent/probes/osloconf"
+	"github.com/kolla-agent/kolla-agent/osloconf"
 )
 
 // osloConf is one parsed oslo.config file, as the rpc check reads it.

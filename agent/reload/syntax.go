@@ -13,7 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/kolla-agent/kolla-agent/probes/osloconf"
+	"github.com/kolla-agent/kolla-agent/osloconf"
 )
 
 // CheckSyntax checks data (the content of the file called name, used for the
