@@ -1,0 +1,27 @@
+// Package reload takes a running service from one rendered config to the
+// next when a mounted ConfigMap or Secret changes, without a half-applied
+// config.
+//
+// A Watcher (watch.go) watches the volumes' directories with inotify,
+// triggers on the kubelet swapping a volume's ..data link (or, for a plain
+// directory, on any change), rescans them now and then whatever inotify
+// said, and coalesces a burst of changes into one Burst.
+//
+// A Reloader (pipeline.go) then runs one pass: render the whole config in
+// memory; compare it with the running one (unchanged: done); stage it in
+// the state directory (state.go) and check it, first its syntax
+// (syntax.go: JSON, YAML, oslo.config's INI through osloconf), then the
+// operator's validators; commit it (each file atomically, all undone on a
+// failure); act (a signal, a restart, a rollout: the caller's Act, bounded
+// by its Hold); verify that the service is ready again, and roll back to the
+// last good set when it is not. Every outcome is reported and remembered: a
+// set rejected or rolled back is not tried again until it changes. The
+// state directory keeps what survives an agent killed mid-pass.
+//
+// WriteVolume (shadow.go) writes a ConfigMap in the kubelet's own layout,
+// for the API source that takes a change before the kubelet does.
+//
+// How the service is acted on, the Lease that bounds replicas reloading at
+// once and the API watch are the agent's (agent/reload.go) and reach this
+// package as Config's functions.
+package reload
