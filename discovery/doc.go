@@ -14,9 +14,11 @@
 // The API server is reached through Kube (client.go): dynamic clients and
 // the few fields each check reads (objects.go), watched, not polled, so a
 // waiting pod costs the API server a watch rather than a request every few
-// seconds (kube.go, follow.go). A refusal by RBAC is told once and worked
-// around where a narrower request can do (a GET by name for a LIST).
+// seconds (kube.go, follow.go). A verb RBAC refuses is told once and worked
+// around: a refused watch polls with LIST, a refused list of one object by
+// name polls with GET, every 2 s, as kubernetes-entrypoint does.
 //
-// The package imports no other package of the project: the agent, the
-// probes (the dependency check) and the examples' demo use it alike.
+// Of the project it imports only redact (a dependency's URL in errors,
+// logs and metric labels hides its credentials): the agent, the probes
+// (the dependency check) and the examples' demo use it alike.
 package discovery
