@@ -79,8 +79,8 @@ type Plan struct {
 	// COMMAND); nil means exit 0.
 	Command                []string
 	TerminationMessagePath string
-	// Config is the agent.yaml the plan came from (nil in kubernetes-entrypoint
-	// mode and for `wait`): its render and run sections.
+	// Config is the agent.yaml the plan came from; in kubernetes-entrypoint
+	// mode and for `wait`, an empty one. Never nil.
 	Config *config.Config
 	// ExplicitConfig: --config was given, which turns kolla mode off.
 	ExplicitConfig bool
@@ -177,7 +177,7 @@ func (a *Agent) LoadPlan() (*Plan, error) {
 	if p.Namespace == "" {
 		p.Namespace = a.ownNamespace()
 	}
-	a.finish(p)
+	a.completePlan(p)
 	return p, nil
 }
 
@@ -218,7 +218,7 @@ func (a *Agent) entrypointPlan() (*Plan, error) {
 		Timeout: 0,
 		Command: spec.Command,
 	}
-	a.finish(p)
+	a.completePlan(p)
 	return p, nil
 }
 
@@ -236,11 +236,17 @@ func (a *Agent) WaitPlan(args []string) (*Plan, error) {
 		p.Dependencies = append(p.Dependencies, d)
 	}
 	p.Namespace = a.ownNamespace()
-	a.finish(p)
+	a.completePlan(p)
 	return p, nil
 }
 
-func (a *Agent) finish(p *Plan) {
+// completePlan applies what every plan shares, whatever its source: the
+// command line's timeout and termination-message path, their defaults, and
+// an empty agent.yaml where the plan has none.
+func (a *Agent) completePlan(p *Plan) {
+	if p.Config == nil {
+		p.Config = &config.Config{}
+	}
 	if a.opts.Timeout > 0 {
 		p.Timeout = a.opts.Timeout
 	}
@@ -489,7 +495,7 @@ func (a *Agent) reportFailure(p *Plan, kube *discovery.Kube, reason string, err 
 // path), nil when the config itself could not be read.
 func (a *Agent) ConfigFailed(p *Plan, err error) {
 	if p == nil {
-		p = &Plan{TerminationMessagePath: a.opts.TerminationMessagePath}
+		p = &Plan{TerminationMessagePath: a.opts.TerminationMessagePath, Config: &config.Config{}}
 		if p.TerminationMessagePath == "" {
 			p.TerminationMessagePath = DefaultTerminationMessagePath
 		}

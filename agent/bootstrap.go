@@ -26,7 +26,7 @@ import (
 // is a ConfigError; a failed or timed-out bootstrap is reported (log,
 // termination message, Event) and returned.
 func (a *Agent) Bootstrap(ctx context.Context, p *Plan) error {
-	b := &config0(p).Bootstrap
+	b := &p.Config.Bootstrap
 	if !b.Enabled() {
 		return a.bootstrapEndpoints(ctx, p)
 	}
@@ -58,7 +58,7 @@ func (a *Agent) Bootstrap(ctx context.Context, p *Plan) error {
 // bootstrapEndpoints keeps the Keystone catalog, when configured, as the
 // bootstrap's last step; a failure stops the pod like a failed bootstrap.
 func (a *Agent) bootstrapEndpoints(ctx context.Context, p *Plan) error {
-	b := &config0(p).Bootstrap
+	b := &p.Config.Bootstrap
 	if b.Endpoints == nil {
 		return nil
 	}
@@ -162,7 +162,7 @@ func (a *Agent) bootstrapRun(ctx context.Context, p *Plan) (*bootRun, error) {
 	if a.boot != nil {
 		return a.boot, nil
 	}
-	b := &config0(p).Bootstrap
+	b := &p.Config.Bootstrap
 	kube, err := a.kubeClient()
 	if err != nil {
 		return nil, err
@@ -388,7 +388,7 @@ func (a *Agent) markPod(r *bootRun, ok bool, reason, msg string) {
 // the last lines of its output go to the termination message, where
 // `kubectl describe pod` shows them.
 func (a *Agent) runCommand(ctx context.Context, p *Plan, argv []string) (int, error) {
-	run := config0(p).Run
+	run := p.Config.Run
 	cred, err := supervise.LookupCredential(a.opts.Root, run.User, run.Group)
 	if err != nil {
 		return 0, configErr("run.user/run.group: %v", err)
@@ -399,7 +399,7 @@ func (a *Agent) runCommand(ctx context.Context, p *Plan, argv []string) (int, er
 		Env:        a.childEnv(cred),
 		Credential: cred,
 		QuietArgs:  true,
-		Grace:      config0(p).Grace(),
+		Grace:      p.Config.Grace(),
 		Logger:     a.log,
 		Signals:    forwarded(),
 		Stdout:     io.MultiWriter(os.Stdout, tail),

@@ -17,7 +17,7 @@ import (
 // returns what it changed (or would change): nothing when the catalog is
 // right already.
 func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstrap.Change, error) {
-	e := config0(p).Bootstrap.Endpoints
+	e := p.Config.Bootstrap.Endpoints
 	if e == nil {
 		return nil, configErr("%s: no bootstrap.endpoints", p.Source)
 	}
@@ -104,7 +104,7 @@ func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstra
 // it right (Register is idempotent). It returns when ctx ends or on an
 // error, for sideDuty to retry.
 func (a *Agent) followEndpoints(ctx context.Context, p *Plan) error {
-	e := config0(p).Bootstrap.Endpoints
+	e := p.Config.Bootstrap.Endpoints
 	kube, err := a.kubeClient()
 	if err != nil || kube == nil {
 		return err
@@ -151,7 +151,7 @@ func (a *Agent) exposureWaiter(p *Plan, kube *discovery.Kube) (*discovery.Waiter
 // publicAddresses are the config's exposure: overrides in discovery's
 // form, keyed namespace/name.
 func publicAddresses(p *Plan) map[string]discovery.Exposure {
-	c := config0(p)
+	c := p.Config
 	if len(c.Exposure) == 0 {
 		return nil
 	}

@@ -29,7 +29,7 @@ type logsRun struct {
 // section names but cannot be opened (a CA file) is a config error now,
 // before the service starts, not a duty failing later.
 func (a *Agent) newLogs(p *Plan) (*logsRun, error) {
-	lc := config0(p).Logs
+	lc := p.Config.Logs
 	if lc == nil {
 		return nil, nil
 	}

@@ -286,7 +286,7 @@ func (a *Agent) PrintRBAC(o RBACOptions, serviceAccount string, w io.Writer) err
 	if err != nil {
 		return err
 	}
-	cfg := config0(p)
+	cfg := p.Config
 	// Templates where the pod sees them, else beside agent.yaml (the same
 	// ConfigMap holds them), as config check finds them.
 	var templates []string

@@ -194,7 +194,7 @@ func (rr *reloadRun) settled(changed []string) func(context.Context) time.Time {
 // files (the render just committed): nil when the config has no reload.
 // kolla says whether kolla mode applies (its config dir is then watched).
 func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun, error) {
-	cfg := config0(p).Reload
+	cfg := p.Config.Reload
 	if cfg == nil {
 		return nil, nil
 	}
@@ -257,7 +257,7 @@ func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun,
 // volumes of the render sources (the nearest directory with ..data, else
 // the source's own directory).
 func (a *Agent) reloadDirs(p *Plan, kolla bool) []string {
-	c := config0(p)
+	c := p.Config
 	if len(c.Reload.Watch) > 0 {
 		return slices.Clone(c.Reload.Watch)
 	}
@@ -287,7 +287,7 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 	a := rr.a
 	c := rr.rcfg
 	c.Act = rr.act
-	if lease := config0(rr.p).ReloadLease(); lease != "" {
+	if lease := rr.p.Config.ReloadLease(); lease != "" {
 		c.Hold = func(ctx context.Context, changed []string) (func(), error) {
 			if a := rr.action(changed); a != "signal" && a != "restart" {
 				return func() {}, nil // the service is not touched: no turn needed

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/shlex"
 
-	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/render"
 	"github.com/kolla-agent/kolla-agent/agent/supervise"
 	"github.com/kolla-agent/kolla-agent/discovery"
@@ -164,7 +163,7 @@ func (a *Agent) renderConfigWith(ctx context.Context, p *Plan, ov render.Overlay
 			r.applied = true
 		}
 	}
-	items := config0(p).Render
+	items := p.Config.Render
 	if len(items) == 0 {
 		return r, nil
 	}
@@ -184,7 +183,7 @@ func (a *Agent) renderConfigWith(ctx context.Context, p *Plan, ov render.Overlay
 // (when it can be reached: a template that asks DNS without it fails, one
 // that does not, renders) and the config's limits.
 func (a *Agent) templateOptions(p *Plan) render.TemplateOptions {
-	c := config0(p)
+	c := p.Config
 	o := render.TemplateOptions{
 		LookupEnv:       a.opts.LookupEnv,
 		AllowedFileDirs: c.RenderOptions.AllowFiles,
@@ -219,7 +218,7 @@ func templateErr(p *Plan, err error) error {
 // RunService is `kolla-agent run [-- CMD...]`: wait, render, then run the
 // service (or kolla's bootstrap/upgrade command) and return its exit code.
 func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, error) {
-	cfg := config0(p)
+	cfg := p.Config
 	// With probes, the probe server answers from the start: liveness
 	// passes while the agent waits, readiness says for what.
 	var pr *probeRun
@@ -361,7 +360,7 @@ func forwarded() []os.Signal {
 // else the command after --, else run.command, else kolla's config.json
 // command.
 func (a *Agent) command(p *Plan, kc *render.KollaConfig, args []string) (command []string, oneShot bool, err error) {
-	run := config0(p).Run
+	run := p.Config.Run
 	pick := func(field, s string) ([]string, error) {
 		words, err := shlex.Split(s)
 		if err != nil {
@@ -448,13 +447,4 @@ func toInts(u []uint32) []int {
 		out[i] = int(v)
 	}
 	return out
-}
-
-// config0 is the plan's agent.yaml, or an empty one where there is none
-// (kubernetes-entrypoint mode).
-func config0(p *Plan) *config.Config {
-	if p.Config != nil {
-		return p.Config
-	}
-	return &config.Config{}
 }

@@ -18,7 +18,7 @@ import (
 // sidecar.process, and found again when it restarts. It runs until SIGTERM
 // and exits 0.
 func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
-	cfg := config0(p)
+	cfg := p.Config
 	if err := a.checkDirs(cfg); err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ type service interface {
 //  6. the probe server, last, so probes answer through the whole stop.
 func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc service, pids probes.PIDSource, spawner probes.Spawner, env, argv []string, rr *reloadRun) (int, error) {
 	sidecar := svc == nil
-	cfg := config0(p)
+	cfg := p.Config
 	means := checkMeans{pids: pids, spawner: spawner, env: env, argv: argv}
 	if deps := dependencyChecks(cfg); len(deps) > 0 {
 		dc, err := a.discoveryConfig(p, deps)
@@ -209,7 +209,7 @@ func (pr *probeRun) stop() {
 // for (dependencies, the bootstrap). Until the steady state stores the
 // service's Health, it answers with one that has no checks.
 func (a *Agent) startProbes(p *Plan) *probeRun {
-	cfg := config0(p)
+	cfg := p.Config
 	if a.health.Load() == nil {
 		early, _ := probes.New(probes.Config{Logger: a.log}) // no checks: cannot fail
 		a.health.Store(early)
