@@ -14,7 +14,7 @@ import (
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/logs"
-	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/certs"
 )
 
 // logsRun is the log-shipping duty of one `run` or `sidecar`: the sink,

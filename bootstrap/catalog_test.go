@@ -13,7 +13,7 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2"
 
-	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/internal/pki"
 )
 
 func writeDir(t testing.TB, kv map[string]string) string {
@@ -189,7 +189,7 @@ func TestReadCredentialsClouds(t *testing.T) {
 		"OS_CLOUD":       "kolla-admin-system",
 		"OS_REGION_NAME": "RegionTwo", // beside it, wins
 	})
-	if err := certs.WritePrivateCA(dir, "test CA", "keystone.example"); err != nil {
+	if err := pki.WritePrivateCA(dir, "test CA", "keystone.example"); err != nil {
 		t.Fatal(err)
 	}
 	cloudsYAML := `clouds:

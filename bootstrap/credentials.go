@@ -15,7 +15,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
 
-	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/certs"
 )
 
 // Credentials are how the agent authenticates to Keystone, read from the

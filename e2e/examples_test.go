@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
-	"github.com/kolla-agent/kolla-agent/internal/certs"
 	"github.com/kolla-agent/kolla-agent/internal/keystone"
+	"github.com/kolla-agent/kolla-agent/internal/pki"
 	"github.com/kolla-agent/kolla-agent/internal/slice"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 	"github.com/kolla-agent/kolla-agent/probes"
@@ -474,11 +474,11 @@ func TestExamplesNovaSlice(t *testing.T) {
 	// A private CA mounted where kolla mounts custom CAs: nova-conductor's
 	// container runs as nova, and installs it with the image's
 	// kolla_copy_cacerts through sudo, as kolla_start does.
-	pki := t.TempDir()
-	if err := certs.WritePrivateCA(pki, "e2e private CA", "example.test"); err != nil {
+	caDir := t.TempDir()
+	if err := pki.WritePrivateCA(caDir, "e2e private CA", "example.test"); err != nil {
 		t.Fatal(err)
 	}
-	caPEM, err := os.ReadFile(filepath.Join(pki, "ca.pem"))
+	caPEM, err := os.ReadFile(filepath.Join(caDir, "ca.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/certs"
 )
 
 // HTTPConfig configures an HTTP check.

@@ -53,7 +53,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/certs"
 )
 
 // RPCConfig configures an rpc check.

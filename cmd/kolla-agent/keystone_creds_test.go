@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/certs"
 	"github.com/kolla-agent/kolla-agent/internal/keystone"
+	"github.com/kolla-agent/kolla-agent/internal/pki"
 )
 
 // keystoneToken asks Keystone for a token with scope (the JSON of auth.scope)
@@ -99,11 +100,11 @@ func TestEndpointsKeystoneEnforcedScopeTLSRegions(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(c.Dir, "policy.yaml"), []byte(policy.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pki := t.TempDir()
-	if err := certs.WritePrivateCA(pki, "keystone test CA", "127.0.0.1"); err != nil {
+	caDir := t.TempDir()
+	if err := pki.WritePrivateCA(caDir, "keystone test CA", "127.0.0.1"); err != nil {
 		t.Fatal(err)
 	}
-	c.TLS = &keystone.TLSFiles{CA: filepath.Join(pki, "ca.pem"), Cert: filepath.Join(pki, "server.pem"), Key: filepath.Join(pki, "server.key")}
+	c.TLS = &keystone.TLSFiles{CA: filepath.Join(caDir, "ca.pem"), Cert: filepath.Join(caDir, "server.pem"), Key: filepath.Join(caDir, "server.key")}
 	ks := c.Start(t, 0)
 	if _, err := ks.WaitReady(90 * time.Second); err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/certs"
 )
 
 // The Debian binaries and files this package runs, by absolute path.

@@ -4,13 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 
-	"github.com/kolla-agent/kolla-agent/internal/certs"
+	"github.com/kolla-agent/kolla-agent/internal/pki"
 )
 
 // writeCerts writes ca.pem, and server.pem with server.key: a certificate
 // for ServerName only, signed by that CA.
 func writeCerts(dir string) error {
-	return certs.WritePrivateCA(dir, "internal/rabbitmq test CA", ServerName)
+	return pki.WritePrivateCA(dir, "internal/rabbitmq test CA", ServerName)
 }
 
 func randomHex(n int) string {

@@ -1,4 +1,6 @@
-package certs
+// Package pki makes a private CA and a server certificate signed by it,
+// for tests of the TLS clients and servers (Keystone, RabbitMQ, the sinks).
+package pki
 
 import (
 	"crypto/ecdsa"
