@@ -319,7 +319,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		code, err = a.steadyState(ctx, p, pr, s, s, s, env, command, nil)
 	} else {
 		// A reload may restart the service inside the container.
-		s, serr := newRestartable(newSup)
+		s, serr := supervise.NewRestartable(newSup)
 		if serr != nil {
 			return 0, configErr("run: %v", serr)
 		}

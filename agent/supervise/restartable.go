@@ -1,4 +1,4 @@
-package agent
+package supervise
 
 import (
 	"context"
@@ -6,25 +6,23 @@ import (
 	"os"
 	"sync"
 	"syscall"
-
-	"github.com/kolla-agent/kolla-agent/agent/supervise"
 )
 
-// restartable is the service under `run` when a reload may restart it: a
+// Restartable is the service under `run` when a reload may restart it: a
 // supervisor per run of the command, the next started when the reload asks
 // (Restart) rather than when the service ends on its own. The container
 // keeps running, so the pod keeps its IP and no CrashLoopBackOff counts.
 // It is the steady state's service, the checks' PIDSource and Spawner, and
 // the reload's signaller, always through the current supervisor.
-type restartable struct {
-	newSup func() (*supervise.Supervisor, error)
+type Restartable struct {
+	newSup func() (*Supervisor, error)
 
 	running     chan struct{} // closed when the first child has started
 	runningOnce sync.Once
 	done        chan struct{} // closed when Run returns
 
 	mu         sync.Mutex
-	cur        *supervise.Supervisor
+	cur        *Supervisor
 	stopped    bool
 	ended      bool // Run has returned: next is closed for good
 	restarting bool
@@ -32,17 +30,19 @@ type restartable struct {
 	next       chan struct{} // closed when the next child runs (or Run ends)
 }
 
-func newRestartable(newSup func() (*supervise.Supervisor, error)) (*restartable, error) {
+// NewRestartable makes the first supervisor with newSup; the next ones are
+// made the same way, one per restart.
+func NewRestartable(newSup func() (*Supervisor, error)) (*Restartable, error) {
 	s, err := newSup()
 	if err != nil {
 		return nil, err
 	}
-	return &restartable{newSup: newSup, cur: s, running: make(chan struct{}), done: make(chan struct{}), next: make(chan struct{})}, nil
+	return &Restartable{newSup: newSup, cur: s, running: make(chan struct{}), done: make(chan struct{}), next: make(chan struct{})}, nil
 }
 
 // Run runs the command, again after each Restart, and returns when it ends
 // any other way, with its code.
-func (r *restartable) Run(ctx context.Context) (int, error) {
+func (r *Restartable) Run(ctx context.Context) (int, error) {
 	defer close(r.done)
 	defer func() {
 		r.mu.Lock()
@@ -87,7 +87,7 @@ func (r *restartable) Run(ctx context.Context) (int, error) {
 
 // Restart stops the running command (SIGTERM, its grace period, SIGKILL)
 // and starts it again; it returns once the new one runs.
-func (r *restartable) Restart(ctx context.Context) error {
+func (r *Restartable) Restart(ctx context.Context) error {
 	r.mu.Lock()
 	if r.stopped {
 		r.mu.Unlock()
@@ -111,20 +111,20 @@ func (r *restartable) Restart(ctx context.Context) error {
 }
 
 // Restarts counts the restarts made so far.
-func (r *restartable) Restarts() int {
+func (r *Restartable) Restarts() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.restarts
 }
 
-func (r *restartable) current() *supervise.Supervisor {
+func (r *Restartable) current() *Supervisor {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.cur
 }
 
 // Stop stops the service for good.
-func (r *restartable) Stop() {
+func (r *Restartable) Stop() {
 	r.mu.Lock()
 	r.stopped = true
 	s := r.cur
@@ -132,14 +132,16 @@ func (r *restartable) Stop() {
 	s.Stop()
 }
 
-func (r *restartable) Done() <-chan struct{}    { return r.done }
-func (r *restartable) Running() <-chan struct{} { return r.running }
-func (r *restartable) PID() int                 { return r.current().PID() }
+// Done is closed when Run has returned; Running when the first command has
+// started. PID, Signal and Start are the current supervisor's.
+func (r *Restartable) Done() <-chan struct{}    { return r.done }
+func (r *Restartable) Running() <-chan struct{} { return r.running }
+func (r *Restartable) PID() int                 { return r.current().PID() }
 
-func (r *restartable) Signal(ctx context.Context, sig syscall.Signal) error {
+func (r *Restartable) Signal(ctx context.Context, sig syscall.Signal) error {
 	return r.current().Signal(ctx, sig)
 }
 
-func (r *restartable) Start(argv []string, attr *os.ProcAttr) (int, <-chan syscall.WaitStatus, error) {
+func (r *Restartable) Start(argv []string, attr *os.ProcAttr) (int, <-chan syscall.WaitStatus, error) {
 	return r.current().Start(argv, attr)
 }
