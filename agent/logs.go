@@ -2,19 +2,13 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
-	"fmt"
+	"errors"
 	"io"
-	"net"
-	"os"
 	"regexp"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/logs"
-	"github.com/kolla-agent/kolla-agent/certs"
 )
 
 // logsRun is the log-shipping duty of one `run` or `sidecar`: the sink,
@@ -56,66 +50,36 @@ func (a *Agent) newLogs(p *Plan) (*logsRun, error) {
 	if lc.Multiline.FirstLine != "" {
 		lr.cfg.FirstLine = regexp.MustCompile(lc.Multiline.FirstLine) // validated with the config
 	}
-	tlsConf, err := logsTLS(lc.Sink, a.path)
-	if err != nil {
-		return nil, configErr("%s: logs.sink.tls: %v", p.Source, err)
-	}
-	switch s := lc.Sink; s.Type {
-	case "forward":
-		if s.SharedKeyFile != "" {
-			b, err := os.ReadFile(a.path(s.SharedKeyFile))
+	s := lc.Sink
+	sc := logs.SinkConfig{Type: s.Type, Address: s.Address, JSON: s.Format == "json", SharedKey: s.SharedKey, AckTimeout: lc.AckWait(), Hostname: p.PodName, Logger: a.log,
+		OnHealth: func(err error) {
 			if err != nil {
-				return nil, configErr("%s: logs.sink.sharedKeyFile: %v", p.Source, err)
+				obs.Failed(err)
+			} else {
+				obs.Recovered()
 			}
-			if s.SharedKey = strings.TrimRight(string(b), "\r\n"); s.SharedKey == "" {
-				return nil, configErr("%s: logs.sink.sharedKeyFile: %s is empty", p.Source, s.SharedKeyFile)
-			}
-		}
-		// The forward client retries inside a Send until the ack: its
-		// outage is seen through OnHealth.
-		f, err := logs.NewForward(logs.ForwardConfig{Address: s.Address, SharedKey: s.SharedKey, SelfHostname: p.PodName, TLS: tlsConf, AckTimeout: lc.AckWait(), Logger: a.log,
-			OnHealth: func(err error) {
-				if err != nil {
-					obs.Failed(err)
-				} else {
-					obs.Recovered()
-				}
-			}})
-		if err != nil {
-			return nil, configErr("%s: logs.sink: %v", p.Source, err)
-		}
-		lr.cfg.Sink, lr.sink = &logs.ForwardSink{F: f}, f
-	case "syslog":
-		sl, err := logs.NewSyslog(logs.SyslogConfig{Address: s.Address, TLS: tlsConf, Hostname: p.PodName, Logger: a.log})
-		if err != nil {
-			return nil, configErr("%s: logs.sink: %v", p.Source, err)
-		}
-		lr.cfg.Sink, lr.sink = sl, sl
-	default: // stdout, as validated
-		lr.cfg.Sink = logs.NewStdout(os.Stdout, s.Format == "json")
+		}}
+	if s.SharedKeyFile != "" {
+		sc.SharedKeyFile = a.path(s.SharedKeyFile)
 	}
+	if s.TLS != nil {
+		sc.TLS = &logs.SinkTLS{ServerName: s.TLS.ServerName, InsecureSkipVerify: s.TLS.InsecureSkipVerify}
+		if s.TLS.CAFile != "" {
+			sc.TLS.CAFile = a.path(s.TLS.CAFile)
+		}
+	}
+	sink, closer, err := logs.NewSink(sc)
+	if err != nil {
+		field := "logs.sink"
+		if se := (*logs.SinkError)(nil); errors.As(err, &se) && se.Field != "" {
+			field, err = field+"."+se.Field, se.Err
+		} else if se != nil {
+			err = se.Err
+		}
+		return nil, configErr("%s: %s: %v", p.Source, field, err)
+	}
+	lr.cfg.Sink, lr.sink = sink, closer
 	return lr, nil
-}
-
-// logsTLS is the sink's TLS config; nil for plain TCP. The name checked is
-// serverName, else the address's host, as a browser checks the URL's: a
-// client that sets none cannot verify at all.
-func logsTLS(s config.LogSink, path func(string) string) (*tls.Config, error) {
-	if s.TLS == nil {
-		return nil, nil
-	}
-	c := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: s.TLS.InsecureSkipVerify, ServerName: s.TLS.ServerName}
-	if c.ServerName == "" {
-		c.ServerName, _, _ = net.SplitHostPort(s.Address) // validated with the config
-	}
-	if s.TLS.CAFile != "" {
-		pool, err := certs.Pool(path(s.TLS.CAFile))
-		if err != nil {
-			return nil, fmt.Errorf("caFile: %w", err)
-		}
-		c.RootCAs = pool
-	}
-	return c, nil
 }
 
 // run ships until ctx ends, then drains: what the service wrote last is
