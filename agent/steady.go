@@ -8,12 +8,12 @@ import (
 	"time"
 
 	"github.com/oklog/run"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/supervise"
 	"github.com/kolla-agent/kolla-agent/discovery"
 	"github.com/kolla-agent/kolla-agent/probes"
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // errStopRequested ends the run group when the agent is told to stop.
@@ -272,7 +272,7 @@ func (a *Agent) serveProbes(ctx context.Context, addr, sock string) error {
 // it is logged, counted, shown in ?verbose, and started again with backoff
 // until ctx ends.
 func (a *Agent) sideDuty(ctx context.Context, name string, fn func(context.Context) error) {
-	fresh := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 30 * time.Second}
+	fresh := retry.Restart()
 	b := fresh
 	for {
 		start := time.Now()
@@ -290,12 +290,8 @@ func (a *Agent) sideDuty(ctx context.Context, name string, fn func(context.Conte
 		delay := b.Step()
 		a.log.Warn("agent duty failed; the service is not affected; retrying", "duty", name, "error", err.Error(), "retry_in", delay.Round(time.Millisecond).String())
 		a.health.Load().SetDegraded(name, err.Error())
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !retry.Sleep(ctx, nil, delay) {
 			return
-		case <-t.C:
 		}
 		a.health.Load().SetDegraded(name, "")
 	}

@@ -19,9 +19,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // Labels and annotations on what the agent creates.
@@ -145,20 +145,7 @@ func (c *Coordinator) report(s Step, st State, event, format string, args ...any
 }
 
 // backoff paces retries of writes after API errors.
-func backoff() wait.Backoff {
-	return wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 5 * time.Second}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleep(ctx context.Context, d time.Duration) bool { return retry.Sleep(ctx, nil, d) }
 
 // timedOut turns the end of ctx into ErrTimeout with the last detail, or
 // passes a cancellation (the agent is stopping) through.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // ErrInvalid: the Job's template is not a Job the API accepts. Bad input,
@@ -194,7 +195,7 @@ func (c *Coordinator) createJob(ctx context.Context, spec JobSpec, s Step, attem
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	bo := backoff()
+	bo := retry.Step()
 	for {
 		_, err := c.cfg.Kube.Resource(jobsGVR, c.cfg.Namespace).Create(ctx, j, metav1.CreateOptions{})
 		switch {

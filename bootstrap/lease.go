@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // A Lease lock with the fields and rules of client-go's leaderelection (so
@@ -188,7 +189,9 @@ func (l *Lease) newRun() (*leaseRun, error) {
 // newBackoff paces writes after API errors: fast at first, capped so a holder
 // retries a few times before its lease runs out.
 func (r *leaseRun) newBackoff() wait.Backoff {
-	return wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: min(2*time.Second, r.renew)}
+	b := retry.Lookup()
+	b.Cap = min(b.Cap, r.renew)
+	return b
 }
 
 func (r *leaseRun) what() string { return "lease " + r.l.Namespace + "/" + r.l.Name }

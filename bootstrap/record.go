@@ -10,6 +10,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // Entry is the record of one finished step. It lives in the ConfigMap
@@ -82,7 +84,7 @@ func (c *Coordinator) record(ctx context.Context, s Step, e Entry) (*Entry, bool
 	if err != nil {
 		return nil, false, err
 	}
-	bo := backoff()
+	bo := retry.Step()
 	for {
 		u, err := cms.Get(ctx, name, metav1.GetOptions{})
 		switch {

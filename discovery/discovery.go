@@ -10,8 +10,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/clock"
+
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // Config says what to wait for and with which means.
@@ -250,17 +251,10 @@ func (w *Waiter) check(ctx context.Context, d Dependency, report func(Observatio
 	return fmt.Errorf("%w: %s: unknown kind", ErrFailed, d)
 }
 
-// backoff is the retry schedule for checks that must look again: the first
-// retry is fast (a service that comes up right after us costs little), later
-// ones back off to a cap with jitter so a fleet of pods does not look in step.
-func backoff() wait.Backoff {
-	return wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 2 * time.Second}
-}
-
 // poll looks at a dependency until it is ready or failed, backing off between
 // looks. For dependencies with nothing to watch: DNS, TCP, files, sockets.
 func (w *Waiter) poll(ctx context.Context, d Dependency, report func(Observation), look func(context.Context) Observation) error {
-	b := backoff()
+	b := retry.Lookup()
 	for {
 		o := look(ctx)
 		if ctx.Err() != nil {
@@ -294,12 +288,5 @@ func settle(ctx context.Context, d Dependency, o Observation, report func(Observ
 
 // sleep waits for d on the waiter's clock; false if ctx ended first.
 func (w *Waiter) sleep(ctx context.Context, d time.Duration) bool {
-	t := w.clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C():
-		return true
-	}
+	return retry.Sleep(ctx, w.clock, d)
 }

@@ -19,6 +19,7 @@
 // name polls with GET, every 2 s, as kubernetes-entrypoint does.
 //
 // Of the project it imports only redact (a dependency's URL in errors,
-// logs and metric labels hides its credentials): the agent, the probes
-// (the dependency check) and the examples' demo use it alike.
+// logs and metric labels hides its credentials) and retry (its back-off):
+// the agent, the probes (the dependency check) and the examples' demo use
+// it alike.
 package discovery

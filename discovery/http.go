@@ -10,13 +10,15 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // waitHTTP retries a GET until the endpoint answers with an expected status.
 // go-retryablehttp drives the retries; our backoff sets their pace and its
 // CheckRetry hook reports each attempt's outcome.
 func (w *Waiter) waitHTTP(ctx context.Context, d Dependency, report func(Observation)) error {
-	b := backoff()
+	b := retry.Lookup()
 	c := retryablehttp.NewClient()
 	c.Logger = nil
 	c.RetryMax = 1 << 30

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // lister is the calls a watch needs (and GET, for a Role without list);
@@ -450,7 +452,7 @@ func (w *Waiter) nodeName(ctx context.Context, report func(Observation)) (string
 	if w.node.name != "" {
 		return w.node.name, nil
 	}
-	b := backoff()
+	b := retry.Lookup()
 	for {
 		p, err := w.cfg.Kube.getPod(ctx, w.cfg.Namespace, w.cfg.PodName)
 		switch {

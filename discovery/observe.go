@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // Selector narrows Observe to the objects a caller is about: one by name, or
@@ -111,13 +113,5 @@ func (k *Kube) Observe(ctx context.Context, gvr schema.GroupVersionResource, ns 
 	return o
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+// sleepCtx waits on the real clock (observers have none of their own).
+func sleepCtx(ctx context.Context, d time.Duration) bool { return retry.Sleep(ctx, nil, d) }

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
-
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // Looker is what the dependency check needs of discovery: one look at a
@@ -88,7 +86,7 @@ func (c *DependencyCheck) follow() {
 	c.cancel, c.done = cancel, make(chan struct{})
 	go func() {
 		defer close(c.done)
-		b := wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 1 << 30, Cap: 30 * time.Second}
+		b := retry.Restart()
 		for {
 			err := c.w.Follow(ctx, c.dep, func(o discovery.Observation) {
 				c.mu.Lock()
@@ -106,12 +104,8 @@ func (c *DependencyCheck) follow() {
 				err = errors.New("watch ended")
 			}
 			c.log.Debug("dependency watch ended; starting it again", "dependency", c.dep.String(), "error", err.Error())
-			t := time.NewTimer(b.Step())
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			if !retry.Sleep(ctx, nil, b.Step()) {
 				return
-			case <-t.C:
 			}
 		}
 	}()

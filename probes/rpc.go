@@ -41,7 +41,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"strconv"
@@ -54,6 +53,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kolla-agent/kolla-agent/certs"
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // RPCConfig configures an rpc check.
@@ -168,15 +168,13 @@ func NewRPC(cfg RPCConfig) (*RPC, error) {
 		return nil, errors.New("rpc: a config file or a transport URL is required")
 	}
 	r := &RPC{
-		cfg:  cfg,
-		log:  cfg.Logger,
-		now:  time.Now,
-		dial: (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
-		newBackoff: func() wait.Backoff {
-			return wait.Backoff{Duration: 500 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 30 * time.Second}
-		},
-		done: make(chan struct{}),
-		sem:  make(chan struct{}, 1),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		now:        time.Now,
+		dial:       (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext,
+		newBackoff: retry.Restart,
+		done:       make(chan struct{}),
+		sem:        make(chan struct{}, 1),
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)

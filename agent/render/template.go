@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -30,9 +29,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
+	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 const (
@@ -903,7 +902,7 @@ func (r *templateRun) answer(name string) (discovery.Answer, error) {
 	start := time.Now()
 	// As discovery's waits: the first retry is fast, for a dependency that
 	// comes up right after us; later ones back off, with jitter.
-	b := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: math.MaxInt32, Cap: 2 * time.Second}
+	b := retry.Lookup()
 	var last error
 	for {
 		a, err := r.o.Resolver.Lookup(r.ctx, name)
@@ -927,7 +926,7 @@ func (r *templateRun) answer(name string) (discovery.Answer, error) {
 		default:
 			return discovery.Answer{}, err // a malformed name never resolves
 		}
-		if r.ctx.Err() == nil && r.sleep(b.Step()) {
+		if r.ctx.Err() == nil && retry.Sleep(r.ctx, nil, b.Step()) {
 			continue
 		}
 		state := "no answer yet"
@@ -939,17 +938,6 @@ func (r *templateRun) answer(name string) (discovery.Answer, error) {
 				name, discovery.ErrTimeout, time.Since(start).Round(time.Millisecond), state)
 		}
 		return discovery.Answer{}, fmt.Errorf("waiting for %s: %w (last: %s)", name, r.ctx.Err(), state)
-	}
-}
-
-func (r *templateRun) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-r.ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
