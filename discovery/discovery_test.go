@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+
+	"github.com/kolla-agent/kolla-agent/internal/poll"
 )
 
 func TestMain(m *testing.M) {
@@ -67,13 +69,7 @@ func freeAddr(t *testing.T) string {
 // eventually polls cond with a deadline: synchronisation without sleeps.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, what, cond)
 }
 
 func stateOf(w *Waiter, i int) Observation { return w.Results()[i].Observation }

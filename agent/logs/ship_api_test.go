@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kolla-agent/kolla-agent/internal/poll"
 )
 
 // sendRec is what one Send was given.
@@ -100,13 +102,7 @@ func (e *events) list() []string {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 20*time.Second, what, ok)
 }
 
 func shipperDir(t *testing.T) (dir, log, state string) {

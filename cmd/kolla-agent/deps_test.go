@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +21,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
+
+	"github.com/kolla-agent/kolla-agent/internal/poll"
 )
 
 func mkPod(t testing.TB, ns, name string, labels map[string]string, containers ...string) *corev1.Pod {
@@ -303,15 +304,7 @@ func TestDNSHeadlessService(t *testing.T) {
 
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	poll.Until(t, 60*time.Second, what, cond)
 }
 
 // A Role that grants Endpoints but not EndpointSlices (written for older

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/kolla-agent/kolla-agent/internal/poll"
 )
 
 // Nothing here may leave a goroutine behind: that is the point of reaping
@@ -33,13 +35,7 @@ func start(t *testing.T, script string, a Attr) *Process {
 // waitFor polls cond until it holds or 10s have passed.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 10*time.Second, what, cond)
 }
 
 // stat returns the fields of /proc/PID/stat after the command name, from

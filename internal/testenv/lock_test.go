@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kolla-agent/kolla-agent/internal/poll"
 )
 
 // TestAbandoned: a node is brought down by the next Env only when nobody is
@@ -75,10 +77,5 @@ func TestParseNodeLock(t *testing.T) {
 
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 5*time.Second, "the condition", cond)
 }
