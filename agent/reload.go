@@ -34,7 +34,7 @@ type reloadRun struct {
 	r       *reload.Reloader
 	dirs    []string // the watched volumes' mounts, container paths
 	watch   reload.WatchConfig
-	api     *apiSource // reload.source: api
+	api     *reload.APISource // reload.source: api
 	outcome *prometheus.CounterVec
 	applied *prometheus.GaugeVec
 	// signal signals the service and restarter restarts it: the
@@ -218,7 +218,7 @@ func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun,
 		Render: func(ctx context.Context) (reload.Rendered, error) {
 			var ov render.Overlay
 			if rr.api != nil {
-				ov = rr.api.current()
+				ov = rr.api.Current()
 			}
 			r, err := a.renderConfig(ctx, p, ov)
 			if err != nil {
@@ -359,8 +359,8 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 			return err
 		}
 		defer func() { rr.api = nil }()
-		go rr.api.run(wctx)
-		fromAPI = rr.api.changed
+		go rr.api.Run(wctx)
+		fromAPI = rr.api.Changed()
 		a.log.Info("reload: watching the ConfigMaps through the API; the volumes are the fallback")
 	}
 	rr.pass(ctx, "start")
@@ -374,7 +374,7 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 			rr.pass(ctx, "ConfigMap "+cm+" changed (API)")
 		case b := <-bursts:
 			if rr.api != nil {
-				rr.api.reconcile()
+				rr.api.Reconcile()
 			}
 			rr.pass(ctx, strings.Join(b.Reasons, "; "))
 		}
@@ -467,7 +467,7 @@ func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) err
 		// The value is the sources' hash, not the rendered one: a render
 		// may hold the pod's own IP or name, and every replica must patch
 		// the same value for the rollout to be one.
-		src, err := sourceHash(rr.watch.Dirs)
+		src, err := reload.SourceHash(rr.watch.Dirs)
 		if err != nil {
 			return fmt.Errorf("rollout: %w", err)
 		}
@@ -483,23 +483,6 @@ func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) err
 		return nil
 	}
 	return fmt.Errorf("unknown action %q", rr.action(changed))
-}
-
-// sourceHash names what the watched volumes hold, the same in every
-// replica: each directory's files (through ..data for a kubelet volume,
-// leaving out the kubelet's own dot entries), names and contents.
-func sourceHash(dirs []string) (string, error) {
-	all := map[string][]byte{}
-	for _, d := range dirs {
-		files, err := volumeFiles(d)
-		if err != nil {
-			return "", err
-		}
-		for k, b := range files {
-			all[filepath.Base(d)+"/"+k] = b
-		}
-	}
-	return filesHash(all), nil
 }
 
 // report posts each outcome as an Event on the pod.

@@ -18,10 +18,13 @@
 // set rejected or rolled back is not tried again until it changes. The
 // state directory keeps what survives an agent killed mid-pass.
 //
-// WriteVolume (shadow.go) writes a ConfigMap in the kubelet's own layout,
-// for the API source that takes a change before the kubelet does.
+// APISource (apisource.go, reload.source: api) watches the ConfigMap behind
+// each volume through a ConfigMapAPI and keeps a copy of it, written by
+// WriteVolume (shadow.go) in the kubelet's own layout, so that a change is
+// taken before the kubelet has it; the volume stays the fallback.
 //
 // How the service is acted on, the Lease that bounds replicas reloading at
-// once and the API watch are the agent's (agent/reload.go) and reach this
-// package as Config's functions.
+// once and the API client are the agent's (agent/reload.go,
+// agent/reload_api.go) and reach this package as Config's functions and
+// the ConfigMapAPI.
 package reload

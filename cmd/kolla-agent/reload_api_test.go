@@ -80,7 +80,7 @@ reload:
 		t.Fatal(err)
 	}
 	eventually(t, "the API's change applied", func() bool { return live() == conf("2") })
-	a.waitLog("outcome=applied")
+	a.waitLog(`msg="reload pass" outcome=applied`) // the pass line (with its why), not the outcome's own before it
 	if b, _ := os.ReadFile(filepath.Join(vol, "glance-api.conf")); string(b) != conf("1") {
 		t.Fatalf("the volume changed: %q", b)
 	}
