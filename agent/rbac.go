@@ -66,7 +66,7 @@ func RBACRules(cfg *config.Config, namespace string, templates []string, o RBACO
 	}
 	for _, t := range templates {
 		for _, m := range exposureCall.FindAllStringSubmatch(t, -1) {
-			ns, name := serviceRef(m[2], namespace)
+			ns, name := bootstrap.ServiceRef(m[2], namespace)
 			if m[1] == "internalURL" {
 				// The Service's own port only.
 				serviceRead = append(serviceRead, [2]string{ns, name})
@@ -137,19 +137,19 @@ func RBACRules(cfg *config.Config, namespace string, templates []string, o RBACO
 		r.add("", "pods/status", "patch", "")
 	}
 	if e := b.Endpoints; e != nil {
-		lease := catalogLease(e.Name)
+		lease := bootstrap.LeaseName(e.Name)
 		r.add("coordination.k8s.io", "leases", "create", "")
 		for _, v := range []string{"get", "update"} {
 			r.add("coordination.k8s.io", "leases", v, lease)
 		}
 		r.watch("coordination.k8s.io", "leases", lease)
 		if ep := e.Public; ep != nil && ep.Service != "" {
-			ns, name := serviceRef(ep.Service, namespace)
+			ns, name := bootstrap.ServiceRef(ep.Service, namespace)
 			dependencyRules(in(ns), discovery.Dependency{Kind: discovery.KindExposed, Namespace: ns, Name: name})
 		}
 		for _, ep := range []*config.EndpointURL{e.Internal, e.Admin} {
 			if ep != nil && ep.Service != "" {
-				ns, name := serviceRef(ep.Service, namespace)
+				ns, name := bootstrap.ServiceRef(ep.Service, namespace)
 				serviceRead = append(serviceRead, [2]string{ns, name})
 			}
 		}
