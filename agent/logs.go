@@ -69,14 +69,10 @@ func (a *Agent) newLogs(p *Plan) (*logsRun, error) {
 		}
 	}
 	sink, closer, err := logs.NewSink(sc)
-	if err != nil {
-		field := "logs.sink"
-		if se := (*logs.SinkError)(nil); errors.As(err, &se) && se.Field != "" {
-			field, err = field+"."+se.Field, se.Err
-		} else if se != nil {
-			err = se.Err
-		}
-		return nil, configErr("%s: %s: %v", p.Source, field, err)
+	if se := (*logs.SinkError)(nil); errors.As(err, &se) {
+		return nil, configErr("%s: %s: %v", p.Source, se.Path("logs.sink"), se.Err)
+	} else if err != nil {
+		return nil, configErr("%s: logs.sink: %v", p.Source, err)
 	}
 	lr.cfg.Sink, lr.sink = sink, closer
 	return lr, nil

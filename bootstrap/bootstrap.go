@@ -15,13 +15,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
-	"github.com/kolla-agent/kolla-agent/retry"
 )
 
 // Labels and annotations on what the agent creates.
@@ -145,7 +143,6 @@ func (c *Coordinator) report(s Step, st State, event, format string, args ...any
 }
 
 // backoff paces retries of writes after API errors.
-func sleep(ctx context.Context, d time.Duration) bool { return retry.Sleep(ctx, nil, d) }
 
 // timedOut turns the end of ctx into ErrTimeout with the last detail, or
 // passes a cancellation (the agent is stopping) through.

@@ -212,7 +212,7 @@ func (c *Coordinator) createJob(ctx context.Context, spec JobSpec, s Step, attem
 			err = fmt.Errorf("%v; the pod's Role needs {apiGroups: [batch], resources: [jobs], verbs: [create]} (examples/rbac/bootstrap-create.yaml)", err)
 		}
 		c.report(s, Waiting, "", "cannot create job %s: %v", j.GetName(), err)
-		if !sleep(ctx, bo.Step()) {
+		if !retry.Sleep(ctx, nil, bo.Step()) {
 			return timedOut(ctx, s, fmt.Sprintf("cannot create job %s: %v", j.GetName(), err))
 		}
 	}

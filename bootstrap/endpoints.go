@@ -37,15 +37,13 @@ type Catalog struct {
 }
 
 // EndpointError is a URL the catalog cannot be told: a Service's without
-// the API, an internal one without the cluster domain. Interface names the
-// entry (public, internal, admin); Msg follows it (".service needs ...",
-// ": the cluster domain ...").
+// the API, an internal one without the cluster domain. Field is the entry's
+// field under bootstrap.endpoints (internal, public.service).
 type EndpointError struct {
-	Interface string
-	Msg       string
+	Field, Msg string
 }
 
-func (e *EndpointError) Error() string { return e.Interface + e.Msg }
+func (e *EndpointError) Error() string { return e.Field + ": " + e.Msg }
 
 // Sync makes the catalog say where the service is and returns what it
 // changed (or, dry, would change): nothing when it is right already. Two
@@ -60,7 +58,7 @@ func (c *Catalog) Sync(ctx context.Context, dryRun bool) ([]Change, error) {
 			continue
 		}
 		if c.Exposures == nil {
-			return nil, &EndpointError{Interface: u.Interface, Msg: ".service needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG"}
+			return nil, &EndpointError{Field: u.Interface + ".service", Msg: "needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG"}
 		}
 		ns, name := ServiceRef(u.Service, c.Namespace)
 		if u.Interface == "public" {
@@ -72,7 +70,7 @@ func (c *Catalog) Sync(ctx context.Context, dryRun bool) ([]Change, error) {
 			continue
 		}
 		if c.ClusterDomain == "" {
-			return nil, &EndpointError{Interface: u.Interface, Msg: ": the cluster domain is unknown (CLUSTER_DOMAIN, --cluster-domain)"}
+			return nil, &EndpointError{Field: u.Interface, Msg: "the cluster domain is unknown (CLUSTER_DOMAIN, --cluster-domain)"}
 		}
 		scheme, port, err := c.Exposures.ServicePort(ctx, ns, name)
 		if err != nil {

@@ -34,7 +34,7 @@ func TestCatalogEndpointErrors(t *testing.T) {
 		URLs: []EndpointURL{{Interface: "public", URL: "https://glance.example"}, {Interface: "internal", Service: "glance-api", Path: "/"}}}
 	_, err := c.Sync(context.Background(), true)
 	var ee *EndpointError
-	if !errors.As(err, &ee) || ee.Error() != "internal.service needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG" {
+	if !errors.As(err, &ee) || ee.Error() != "internal.service: needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG" {
 		t.Errorf("without the API: %v", err)
 	}
 }

@@ -122,7 +122,7 @@ func (c *Coordinator) record(ctx context.Context, s Step, e Entry) (*Entry, bool
 			continue // someone wrote first: read what they wrote
 		}
 		c.log.Warn("could not write the bootstrap record; retrying", "configmap", c.cfg.Namespace+"/"+name, "error", err.Error())
-		if !sleep(ctx, bo.Step()) {
+		if !retry.Sleep(ctx, nil, bo.Step()) {
 			return nil, false, fmt.Errorf("writing the record %s: %w (last error: %v)", name, ctx.Err(), err)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -605,15 +604,8 @@ func TestExamplesNovaSlice(t *testing.T) {
 func podProcesses(t *testing.T, pod corev1.Pod, comm string) []int {
 	t.Helper()
 	var pids []int
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		c, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
-		cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
-		if strings.TrimSpace(string(c)) == comm && bytes.Contains(cg, []byte(string(pod.UID))) {
+	for _, pid := range podPIDs(pod) {
+		if c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(c)) == comm {
 			pids = append(pids, pid)
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,7 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
+
+	"github.com/kolla-agent/kolla-agent/internal/slice"
 )
 
 // tokenPaths are where a container's ServiceAccount token is, seen from
@@ -142,28 +142,16 @@ func statusCred(status []byte) (uid, gid uint32, groups string) {
 // end. The agents' own Jobs must pass it; a forged one must not.
 func enforceJobPolicy(t *testing.T, ns string, secrets ...string) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(), "examples/rbac/job-policy.yaml"))
+	policy, binding, params, err := slice.JobPolicy(repoRoot())
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := bytes.Split(b, []byte("\n---\n"))
-	if len(docs) != 3 {
-		t.Fatalf("job-policy.yaml has %d documents, want the policy, its binding and the parameters", len(docs))
-	}
-	var policy admissionv1.ValidatingAdmissionPolicy
-	var binding admissionv1.ValidatingAdmissionPolicyBinding
-	var params corev1.ConfigMap
-	for i, into := range []any{&policy, &binding, &params} {
-		if err := yaml.UnmarshalStrict(docs[i], into); err != nil {
-			t.Fatalf("job-policy.yaml, document %d: %v", i+1, err)
-		}
-	}
 	ctx := context.Background()
 	c := env.Client()
-	if _, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	if _, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{}); err != nil {
+	if _, err := c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -173,7 +161,7 @@ func enforceJobPolicy(t *testing.T, ns string, secrets ...string) {
 	params.Namespace = ns
 	params.Data["images"] = "localhost/kolla-"
 	params.Data["secrets"] = strings.Join(secrets, " ")
-	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &params, metav1.CreateOptions{}); err != nil {
+	if _, err := c.CoreV1().ConfigMaps(ns).Create(ctx, params, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	nsObj, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
@@ -186,8 +174,6 @@ func enforceJobPolicy(t *testing.T, ns string, secrets ...string) {
 	if _, err := c.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The policy's binding is new: the API server applies it within a
-	// second or so. A forged Job from a pod of ns shows when it holds.
 }
 
 // forgedJobRefused: a Job asking for the node's root, made with the token
@@ -216,6 +202,8 @@ func forgedJobRefused(t *testing.T, ns string, agentPID int) {
 			Volumes:       []corev1.Volume{{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}},
 		}}},
 	}
+	// A new binding takes the API server a moment: a Job admitted before it
+	// holds is taken back and tried again.
 	var last error
 	err = wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		j, err := stolen.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})

@@ -49,7 +49,15 @@ type SinkError struct {
 	Err   error
 }
 
-func (e *SinkError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *SinkError) Error() string { return e.Path("sink") + ": " + e.Err.Error() }
+
+// Path is the field's path under sink, the sink's own path.
+func (e *SinkError) Path(sink string) string {
+	if e.Field == "" {
+		return sink
+	}
+	return sink + "." + e.Field
+}
 func (e *SinkError) Unwrap() error { return e.Err }
 
 // NewSink builds the sink cfg names, and what to close when the shipper is

@@ -1,20 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
+
+	"github.com/kolla-agent/kolla-agent/internal/slice"
 )
 
 // The ServiceAccount token of a pod in create mode can create Jobs. With
@@ -41,31 +40,19 @@ func TestJobPolicyRefusesForgedJobs(t *testing.T) {
 
 	// The example, as an operator applies it: the policy and its binding,
 	// the namespace labelled, its parameters.
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "examples/rbac/job-policy.yaml"))
+	policy, binding, params, err := slice.JobPolicy(repoRoot(t))
 	if err != nil {
 		t.Fatal(err)
-	}
-	docs := bytes.Split(b, []byte("\n---\n"))
-	if len(docs) != 3 {
-		t.Fatalf("job-policy.yaml has %d documents, want the policy, its binding and the parameters", len(docs))
-	}
-	var policy admissionv1.ValidatingAdmissionPolicy
-	var binding admissionv1.ValidatingAdmissionPolicyBinding
-	var params corev1.ConfigMap
-	for i, into := range []any{&policy, &binding, &params} {
-		if err := yaml.UnmarshalStrict(docs[i], into); err != nil {
-			t.Fatalf("document %d: %v", i, err)
-		}
 	}
 	// Each test namespace gets its own binding name: the policy is cluster
 	// scoped, and another run may hold it.
 	admin := client()
-	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctxT(t), &policy, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctxT(t), policy, metav1.CreateOptions{}); err != nil && !strings.Contains(err.Error(), "already exists") {
 		t.Fatal(err)
 	}
 	binding.Name += "-" + ns
 	binding.Spec.MatchResources.NamespaceSelector.MatchLabels = map[string]string{"kolla.openstack.org/job-policy": "enforced-" + ns}
-	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctxT(t), &binding, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctxT(t), binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -73,7 +60,7 @@ func TestJobPolicyRefusesForgedJobs(t *testing.T) {
 	})
 	params.Data["images"] = "kolla/ quay.io/openstack.kolla/"
 	params.Data["secrets"] = "keystone-db"
-	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctxT(t), &params, metav1.CreateOptions{}); err != nil {
+	if _, err := admin.CoreV1().ConfigMaps(ns).Create(ctxT(t), params, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	nsObj, err := admin.CoreV1().Namespaces().Get(ctxT(t), ns, metav1.GetOptions{})
