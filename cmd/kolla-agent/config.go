@@ -11,6 +11,7 @@ import (
 
 	"github.com/kolla-agent/kolla-agent/agent"
 	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/rbac"
 )
 
 // configCommand is `kolla-agent config check|schema|rbac`: it reads files and
@@ -64,7 +65,7 @@ func configCommand(g globals, args []string, stdout, stderr io.Writer) int {
 		if configMaps != "" {
 			cms = strings.Split(configMaps, ",")
 		}
-		if err := a.PrintRBAC(agent.RBACOptions{Owner: owner, ConfigMaps: cms}, sa, stdout); err != nil {
+		if err := a.PrintRBAC(rbac.Options{Owner: owner, ConfigMaps: cms}, sa, stdout); err != nil {
 			fmt.Fprintf(stderr, "kolla-agent config rbac: %v\n", err)
 			return exitConfig
 		}

@@ -38,8 +38,8 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kolla-agent/kolla-agent/agent"
 	agentconfig "github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/rbac"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
 )
 
@@ -875,7 +875,7 @@ func checkSliceRBAC(t *testing.T, objs []*unstructured.Unstructured, origin func
 			templates = append(templates, cm.Data[path.Base(cfg.Bootstrap.Job)])
 		}
 		owner := strings.ToLower(o.GetKind()) + "/" + o.GetName()
-		own, others := agent.RBACRules(cfg, "openstack", templates, agent.RBACOptions{Owner: owner})
+		own, others := rbac.Rules(cfg, "openstack", templates, rbac.Options{Owner: owner})
 		var want []rbacv1.PolicyRule
 		for _, r := range own {
 			want = append(want, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: r.Resources, Verbs: r.Verbs, ResourceNames: r.ResourceNames})

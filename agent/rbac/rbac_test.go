@@ -1,4 +1,4 @@
-package agent
+package rbac
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 	"github.com/kolla-agent/kolla-agent/agent/config"
 )
 
-// RBACRules names every object the agent knows by name, grants what it
+// Rules names every object the agent knows by name, grants what it
 // cannot name without names, and merges a named verb into one already
 // granted on every object.
 func TestRBACRules(t *testing.T) {
@@ -27,7 +27,7 @@ reload: {maxUnavailable: 2, action: rollout, source: api}
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, others := RBACRules(cfg, "openstack", []string{`url = {{ publicURL "glance.images" "/" }}`}, RBACOptions{Owner: "deployment/keystone-api", ConfigMaps: []string{"keystone", "keystone-agent"}})
+	own, others := Rules(cfg, "openstack", []string{`url = {{ publicURL "glance.images" "/" }}`}, Options{Owner: "deployment/keystone-api", ConfigMaps: []string{"keystone", "keystone-agent"}})
 	got := map[string]bool{}
 	for _, r := range own {
 		got[r.APIGroups[0]+"/"+r.Resources[0]+" "+strings.Join(r.Verbs, ",")+" "+strings.Join(r.ResourceNames, ",")] = true
@@ -84,8 +84,8 @@ func TestRBACRulesNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, others := RBACRules(cfg, "openstack", []string{`{{ internalURL "keystone" "/v3" }}`}, RBACOptions{})
-	flat := func(rules []RBACRule) string {
+	own, others := Rules(cfg, "openstack", []string{`{{ internalURL "keystone" "/v3" }}`}, Options{})
+	flat := func(rules []Rule) string {
 		var b strings.Builder
 		for _, r := range rules {
 			b.WriteString(r.APIGroups[0] + "/" + r.Resources[0] + " " + strings.Join(r.Verbs, ",") + " " + strings.Join(r.ResourceNames, ",") + "\n")
