@@ -7,14 +7,10 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/kolla-agent/kolla-agent/redact"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -28,6 +24,7 @@ import (
 	"github.com/kolla-agent/kolla-agent/agent/entrypoint"
 	"github.com/kolla-agent/kolla-agent/discovery"
 	"github.com/kolla-agent/kolla-agent/probes"
+	"github.com/kolla-agent/kolla-agent/redact"
 )
 
 // Options are the agent's inputs from the command line and environment.
@@ -132,12 +129,7 @@ func (a *Agent) env(name string) string {
 }
 
 // path maps an absolute path of the pod's filesystem under --root.
-func (a *Agent) path(p string) string {
-	if a.opts.Root == "" || p == "" {
-		return p
-	}
-	return filepath.Join(a.opts.Root, p)
-}
+func (a *Agent) path(p string) string { return config.HostPath(a.opts.Root, p) }
 
 // LoadPlan chooses the config: an explicit --config wins; else
 // kubernetes-entrypoint's DEPENDENCY_* variables make the agent its drop-in;
@@ -146,7 +138,7 @@ func (a *Agent) LoadPlan() (*Plan, error) {
 	if a.opts.ConfigPath == "" && entrypoint.Present(a.opts.LookupEnv) {
 		return a.entrypointPlan()
 	}
-	path, source, b, err := a.readConfig(a.opts.ConfigPath)
+	path, source, b, err := config.Read(a.opts.Root, a.opts.ConfigPath)
 	if err != nil {
 		return nil, configErr("%v", err)
 	}
@@ -179,23 +171,6 @@ func (a *Agent) LoadPlan() (*Plan, error) {
 	}
 	a.completePlan(p)
 	return p, nil
-}
-
-// readConfig reads agent.yaml at explicit, else at its default path (both
-// under --root); with neither given nor there, b is nil and the embedded
-// default applies. path is the file as this host sees it, source as the
-// pod does, for logs.
-func (a *Agent) readConfig(explicit string) (path, source string, b []byte, err error) {
-	source = explicit
-	if source == "" {
-		source = config.DefaultPath
-	}
-	path = a.path(source)
-	b, err = os.ReadFile(path)
-	if explicit == "" && errors.Is(err, fs.ErrNotExist) {
-		return "", "embedded default", nil, nil
-	}
-	return path, source, b, err
 }
 
 func (a *Agent) entrypointPlan() (*Plan, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kolla-agent/kolla-agent/agent"
 	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/configcheck"
 	"github.com/kolla-agent/kolla-agent/agent/rbac"
 )
 
@@ -71,11 +72,11 @@ func configCommand(g globals, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitOK
 	}
-	err := a.CheckConfig(agent.CheckOptions{Config: g.config, Kolla: kolla}, stdout)
+	err := configcheck.Check(configcheck.Options{Root: g.root, Config: g.config, Kolla: kolla}, stdout)
 	if err == nil {
 		return exitOK
 	}
-	var cerr *agent.ConfigError
+	var cerr *configcheck.Error
 	if !errors.As(err, &cerr) {
 		fmt.Fprintf(stderr, "kolla-agent config check: %v\n", err)
 		return exitConfig

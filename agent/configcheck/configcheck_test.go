@@ -1,8 +1,9 @@
-package agent
+package configcheck
 
 import (
 	"bytes"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,11 +36,10 @@ probes:
 	write(t, kolla, `{"command": "x", "config_files": [{"source": "/a", "dest": "/b", "owner": "", "perm": "9"}]}`)
 
 	var out bytes.Buffer
-	a := New(Options{ConfigPath: cfg})
-	err := a.CheckConfig(CheckOptions{Config: cfg, Kolla: kolla}, &out)
-	var cerr *ConfigError
+	err := Check(Options{Config: cfg, Kolla: kolla}, &out)
+	var cerr *Error
 	if !errors.As(err, &cerr) {
-		t.Fatalf("want a ConfigError, got %v", err)
+		t.Fatalf("want an *Error, got %v", err)
 	}
 	for _, want := range []string{
 		cfg + ": dependencies.timeout:",
@@ -75,7 +75,7 @@ logs:
   sink: {type: forward, address: 127.0.0.1:24224}
 `)
 	var out bytes.Buffer
-	if err := New(Options{}).CheckConfig(CheckOptions{Config: cfg}, &out); err != nil {
+	if err := Check(Options{Config: cfg}, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -100,15 +100,25 @@ logs:
 // default path is the embedded default, valid.
 func TestCheckConfigMissing(t *testing.T) {
 	root := t.TempDir()
-	err := New(Options{}).CheckConfig(CheckOptions{Config: filepath.Join(root, "nope.yaml")}, &bytes.Buffer{})
+	err := Check(Options{Config: filepath.Join(root, "nope.yaml")}, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "nope.yaml: no such file") {
 		t.Errorf("got %v", err)
 	}
 	var out bytes.Buffer
-	if err := New(Options{Root: root}).CheckConfig(CheckOptions{}, &out); err != nil {
+	if err := Check(Options{Root: root}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "embedded default") {
 		t.Errorf("got:\n%s", out.String())
+	}
+}
+
+func write(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,4 +1,7 @@
-package agent
+// Package configcheck is `kolla-agent config check`: agent.yaml, kolla's
+// config.json and the templates they name, validated without a cluster and
+// without a write, every problem at once.
+package configcheck
 
 import (
 	"errors"
@@ -15,8 +18,10 @@ import (
 	"github.com/kolla-agent/kolla-agent/probes/ask"
 )
 
-// CheckOptions is what `kolla-agent config check` looks at.
-type CheckOptions struct {
+// Options is what `kolla-agent config check` looks at.
+type Options struct {
+	// Root prefixes every absolute path of the pod's filesystem (--root).
+	Root string
 	// Config is agent.yaml's path ("" = the default path, and the embedded
 	// default when there is nothing there).
 	Config string
@@ -28,17 +33,17 @@ type CheckOptions struct {
 // CheckConfig validates agent.yaml, kolla's config.json and the templates
 // they name, touching nothing (no cluster, no writes), and writes to w what
 // the agent would do. The error lists every problem found, one per line,
-// each naming its file and field; it is a *ConfigError.
+// each naming its file and field; it is an *Error.
 //
 // A template is looked for where the pod sees it (under --root), then beside
 // agent.yaml under its base name: in the kolla-kubernetes layout both come
 // from the same ConfigMap, so a check on a workstation still parses them.
-func (a *Agent) CheckConfig(o CheckOptions, w io.Writer) error {
+func Check(o Options, w io.Writer) error {
 	var problems []string
 	add := func(err error) { problems = append(problems, config.Problems(err)...) }
 
 	var cfg *config.Config
-	path, source, b, err := a.readConfig(o.Config)
+	path, source, b, err := config.Read(o.Root, o.Config)
 	switch {
 	case err != nil:
 	case b == nil:
@@ -54,7 +59,7 @@ func (a *Agent) CheckConfig(o CheckOptions, w io.Writer) error {
 	var kc *render.KollaConfig
 	kollaPath := o.Kolla
 	if kollaPath == "" {
-		if p, err := render.FindKolla(a.opts.Root); err == nil {
+		if p, err := render.FindKolla(o.Root); err == nil {
 			kollaPath = p
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			add(err)
@@ -69,18 +74,18 @@ func (a *Agent) CheckConfig(o CheckOptions, w io.Writer) error {
 	beside := filepath.Dir(path)
 	if cfg != nil {
 		for i, r := range cfg.Render {
-			if err := a.checkTemplate(r.Src, beside); err != nil {
+			if err := checkTemplate(o.Root, r.Src, beside); err != nil {
 				add(fmt.Errorf("%s: render[%d].src: %w", source, i, err))
 			}
 		}
 		if j := cfg.Bootstrap.Job; j != "" {
-			if err := a.checkTemplate(j, beside); err != nil {
+			if err := checkTemplate(o.Root, j, beside); err != nil {
 				add(fmt.Errorf("%s: bootstrap.job: %w", source, err))
 			}
 		}
 	}
 	if len(problems) > 0 {
-		return &ConfigError{Err: errors.New(strings.Join(problems, "\n"))}
+		return &Error{Problems: problems}
 	}
 	summarize(w, source, cfg, kollaPath, kc)
 	return nil
@@ -89,8 +94,8 @@ func (a *Agent) CheckConfig(o CheckOptions, w io.Writer) error {
 // checkTemplate parses the template at src (the pod's path, or its base name
 // beside agent.yaml); one that is in neither place is not an error here:
 // the pod's volumes are not on this machine.
-func (a *Agent) checkTemplate(src, beside string) error {
-	for _, p := range []string{a.path(src), filepath.Join(beside, filepath.Base(src))} {
+func checkTemplate(root, src, beside string) error {
+	for _, p := range []string{config.HostPath(root, src), filepath.Join(beside, filepath.Base(src))} {
 		b, err := os.ReadFile(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -259,3 +264,8 @@ func checkType(ch *config.Check) string {
 	}
 	return kind
 }
+
+// Error is every problem found, one per line.
+type Error struct{ Problems []string }
+
+func (e *Error) Error() string { return strings.Join(e.Problems, "\n") }
