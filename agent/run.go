@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/shlex"
 
+	"github.com/kolla-agent/kolla-agent/agent/kolla"
 	"github.com/kolla-agent/kolla-agent/agent/render"
 	"github.com/kolla-agent/kolla-agent/agent/supervise"
 	"github.com/kolla-agent/kolla-agent/discovery"
@@ -250,7 +251,7 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 	if err != nil {
 		return 0, err
 	}
-	var hook kollaHook
+	var hook kolla.Hook
 	switch {
 	case rc.kc != nil && oneShot:
 		// run.bootstrap or run.upgrade, which agent.yaml asks for, takes
@@ -258,26 +259,31 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 		a.log.Info("kolla: the image's start hook is not run: agent.yaml's one-shot command is")
 	case rc.kc != nil:
 		a.gate("starting", "running kolla's start hooks")
-		if hook, err = a.kollaStart(ctx, rc.kc, env, cred); err != nil {
+		_, skip := a.opts.LookupEnv("KOLLA_SKIP_EXTEND_START")
+		hook, err = kolla.Start(ctx, kolla.StartConfig{Root: a.opts.Root, Command: rc.kc.Command, Env: env, Credential: cred, SkipExtendStart: skip, Logger: a.log})
+		if ie := (*kolla.ImageError)(nil); errors.As(err, &ie) {
+			err = &ConfigError{Err: err}
+		}
+		if err != nil {
 			a.reportFailure(p, nil, "KollaStartFailed", err)
 			return 0, err
 		}
-		if hook.exited {
+		if hook.Exited {
 			// start.sh sources the hook: its exit is the container's
 			// (KOLLA_BOOTSTRAP, KOLLA_UPGRADE, KOLLA_FINISH_UPGRADE).
-			a.log.Info("kolla: the image's start hook exited; so does the container", "code", hook.code)
-			return hook.code, nil
+			a.log.Info("kolla: the image's start hook exited; so does the container", "code", hook.Code)
+			return hook.Code, nil
 		}
-		if hook.ran {
-			env = hook.env
+		if hook.Ran {
+			env = hook.Env
 		}
 	}
-	if len(hook.args) > 0 {
+	if len(hook.Args) > 0 {
 		if len(args) == 0 && run.Command == "" && !oneShot {
-			command = append(command, hook.args...) // start.sh: exec ${CMD} ${ARGS}
-			a.log.Info("kolla: the start hook's ARGS appended to the command", "args", hook.args)
+			command = append(command, hook.Args...) // start.sh: exec ${CMD} ${ARGS}
+			a.log.Info("kolla: the start hook's ARGS appended to the command", "args", hook.Args)
 		} else {
-			a.log.Warn("kolla: the start hook set ARGS for config.json's command, which is not the one run; ignored", "args", hook.args)
+			a.log.Warn("kolla: the start hook set ARGS for config.json's command, which is not the one run; ignored", "args", hook.Args)
 		}
 	}
 	if oneShot {

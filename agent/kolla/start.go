@@ -1,4 +1,7 @@
-package agent
+// Package kolla is what kolla's start.sh does between kolla_set_configs and
+// the exec of the service, which kolla images rely on: /run_command, the
+// custom CA certificates and the image's kolla_extend_start hook.
+package kolla
 
 import (
 	"bytes"
@@ -7,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kolla-agent/kolla-agent/agent/render"
 	"github.com/kolla-agent/kolla-agent/agent/supervise"
 )
 
@@ -35,53 +38,81 @@ const (
 	hookDone = "kolla-agent-hook-returned"
 )
 
-// kollaHook is what the image's hook left for the service.
-type kollaHook struct {
-	ran    bool
-	args   []string // ARGS, split on blanks as start.sh's ${ARGS} is
-	env    []string // the environment the hook exported
-	exited bool     // the hook called exit: the container ends with code
-	code   int
+// Hook is what the image's hook left for the service.
+type Hook struct {
+	Ran    bool
+	Args   []string // ARGS, split on blanks as start.sh's ${ARGS} is
+	Env    []string // the environment the hook exported
+	Exited bool     // the hook called exit: the container ends with Code
+	Code   int
 }
 
-// kollaStart does, once config.json is applied, what kolla's start.sh does
+// StartConfig is what Start needs.
+type StartConfig struct {
+	Root    string // prefixes every absolute path of the pod's filesystem
+	Command string // config.json's command: /run_command and the hook's CMD
+	// Env is the service's environment, which the hook runs in.
+	Env []string
+	// Credential is the service's user (nil: the agent's, the container's).
+	Credential *supervise.Identity
+	// SkipExtendStart: KOLLA_SKIP_EXTEND_START is set.
+	SkipExtendStart bool
+	Logger          *slog.Logger
+}
+
+// ImageError is what the image lacks for kolla's start (bad input: the
+// image or its mounts, not a transient failure).
+type ImageError struct{ msg string }
+
+func (e *ImageError) Error() string { return e.msg }
+
+func imageErr(format string, args ...any) error {
+	return &ImageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// Start does, once config.json is applied, what kolla's start.sh does
 // before it execs the service: write /run_command, install the custom CA
 // certificates, and source the image's kolla_extend_start (unless
 // KOLLA_SKIP_EXTEND_START is set) in bash with start.sh's options, CMD
 // and ARGS set, in the service's environment env. The hook runs as the
-// service's user (run.user, cred; nil: the agent's, the container's), as
-// kolla's start.sh runs it as the image's user.
-func (a *Agent) kollaStart(ctx context.Context, kc *render.KollaConfig, env []string, cred *supervise.Identity) (kollaHook, error) {
-	if err := os.WriteFile(a.path(kollaRunCommand), []byte(kc.Command), 0o644); err != nil {
+// service's user (c.Credential), as kolla's start.sh runs it as the
+// image's user.
+func Start(ctx context.Context, c StartConfig) (Hook, error) {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	env := c.Env
+	if err := os.WriteFile(c.path(kollaRunCommand), []byte(c.Command), 0o644); err != nil {
 		// kolla writes it as root through sudo; a non-root agent cannot,
 		// and the agent itself never reads it.
-		a.log.Info("kolla: "+kollaRunCommand+" not written", "reason", err.Error())
-	} else if err := os.Chmod(a.path(kollaRunCommand), 0o644); err != nil {
-		return kollaHook{}, err
+		c.Logger.Info("kolla: "+kollaRunCommand+" not written", "reason", err.Error())
+	} else if err := os.Chmod(c.path(kollaRunCommand), 0o644); err != nil {
+		return Hook{}, err
 	}
-	if err := a.copyCACerts(ctx, env); err != nil {
-		return kollaHook{}, err
+	if err := c.copyCACerts(ctx); err != nil {
+		return Hook{}, err
 	}
-	if _, skip := a.opts.LookupEnv("KOLLA_SKIP_EXTEND_START"); skip {
-		return kollaHook{}, nil
+	if c.SkipExtendStart {
+		return Hook{}, nil
 	}
 	hook, err := supervise.SourcePath(kollaExtendStart, env)
 	if err != nil {
-		return kollaHook{}, nil // an image without a hook
+		return Hook{}, nil // an image without a hook
 	}
 	bash, err := supervise.LookPath("bash", env)
 	if err != nil {
-		return kollaHook{}, fmt.Errorf("kolla: %s needs bash, which the image does not have: %w", hook, err)
+		return Hook{}, fmt.Errorf("kolla: %s needs bash, which the image does not have: %w", hook, err)
 	}
-	a.log.Info("kolla: running the image's start hook", "hook", hook)
-	return runKollaHook(ctx, bash, hook, kc.Command, env, cred)
+	c.Logger.Info("kolla: running the image's start hook", "hook", hook)
+	return c.runHook(ctx, bash, hook)
 }
 
-// runKollaHook sources hook as start.sh does and reads back, on file
+// runHook sources hook as start.sh does and reads back, on file
 // descriptor 3, ARGS and the exported environment once it returns. The
 // hook has a process group of its own: a stop signals all of it, and what
 // it left running in the background is not waited for.
-func runKollaHook(ctx context.Context, bash, hook, command string, env []string, cred *supervise.Identity) (kollaHook, error) {
+func (c StartConfig) runHook(ctx context.Context, bash, hook string) (Hook, error) {
+	env, cred := c.Env, c.Credential
 	// start.sh's options: errexit, pipefail, nounset, xtrace (the trace
 	// goes to the container's log as under kolla).
 	const script = `set -o errexit
@@ -97,10 +128,10 @@ set -o xtrace
 `
 	r, w, err := os.Pipe()
 	if err != nil {
-		return kollaHook{}, err
+		return Hook{}, err
 	}
 	defer r.Close()
-	cmd := exec.CommandContext(ctx, bash, "-c", script, hook, command)
+	cmd := exec.CommandContext(ctx, bash, "-c", script, hook, c.Command)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.ExtraFiles = []*os.File{w}
@@ -112,7 +143,7 @@ set -o xtrace
 	cmd.WaitDelay = 30 * time.Second
 	if err := cmd.Start(); err != nil {
 		w.Close()
-		return kollaHook{}, fmt.Errorf("kolla: %s: %w", hook, err)
+		return Hook{}, fmt.Errorf("kolla: %s: %w", hook, err)
 	}
 	w.Close()
 	read := make(chan []byte, 1)
@@ -130,24 +161,24 @@ set -o xtrace
 		r.Close()
 		out = <-read
 	}
-	h := kollaHook{ran: true}
+	h := Hook{Ran: true}
 	fields := bytes.Split(out, []byte{0})
 	if len(fields) < 2 || string(fields[0]) != hookDone {
-		h.exited = true
+		h.Exited = true
 		var ee *exec.ExitError
 		switch {
 		case werr == nil:
 		case errors.As(werr, &ee):
-			h.code = ee.ExitCode()
+			h.Code = ee.ExitCode()
 			if st, ok := ee.Sys().(syscall.WaitStatus); ok && st.Signaled() {
-				h.code = 128 + int(st.Signal())
+				h.Code = 128 + int(st.Signal())
 			}
 		default:
-			return kollaHook{}, fmt.Errorf("kolla: %s: %w", hook, werr)
+			return Hook{}, fmt.Errorf("kolla: %s: %w", hook, werr)
 		}
 		return h, nil
 	}
-	h.args = strings.Fields(string(fields[1]))
+	h.Args = strings.Fields(string(fields[1]))
 	before := map[string]bool{}
 	for _, kv := range env {
 		before[kv] = true
@@ -162,7 +193,7 @@ set -o xtrace
 		if (name == "_" || name == "SHLVL" || name == "OLDPWD" || name == "PWD") && !before[s] {
 			continue
 		}
-		h.env = append(h.env, s)
+		h.Env = append(h.Env, s)
 	}
 	return h, nil
 }
@@ -173,12 +204,13 @@ set -o xtrace
 // the image's kolla_copy_cacerts when it has one (through sudo when the
 // agent is not root, as start.sh), else as that does on Debian and Ubuntu
 // (update-ca-certificates) and RHEL (update-ca-trust).
-func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
+func (c StartConfig) copyCACerts(ctx context.Context) error {
+	env := c.Env
 	srcDir := kollaCACertDir
-	ents, err := os.ReadDir(a.path(srcDir))
+	ents, err := os.ReadDir(c.path(srcDir))
 	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(ents) == 0) {
 		srcDir = kollaCACertFallback
-		ents, err = os.ReadDir(a.path(srcDir))
+		ents, err = os.ReadDir(c.path(srcDir))
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -204,27 +236,27 @@ func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
 		return run("sudo", "-n", "-E", tool)
 	}
 	if os.Geteuid() != 0 {
-		return configErr("kolla: %s holds CA certificates, but the agent is not root and the image has no %s to install them with (run the agent as root with run.user, or give the image kolla's sudoers and %s)", srcDir, kollaCopyCACerts, kollaCopyCACerts)
+		return imageErr("kolla: %s holds CA certificates, but the agent is not root and the image has no %s to install them with (run the agent as root with run.user, or give the image kolla's sudoers and %s)", srcDir, kollaCopyCACerts, kollaCopyCACerts)
 	}
 	var dest, update string
 	switch {
-	case isDir(a.path("/usr/local/share/ca-certificates")):
+	case isDir(c.path("/usr/local/share/ca-certificates")):
 		dest, update = "/usr/local/share/ca-certificates", "update-ca-certificates"
-	case isDir(a.path("/etc/pki/ca-trust/source/anchors")):
+	case isDir(c.path("/etc/pki/ca-trust/source/anchors")):
 		dest, update = "/etc/pki/ca-trust/source/anchors", "update-ca-trust"
 	default:
-		return configErr("kolla: %s holds CA certificates, but the image has no trust store the agent knows (/usr/local/share/ca-certificates, /etc/pki/ca-trust/source/anchors)", srcDir)
+		return imageErr("kolla: %s holds CA certificates, but the image has no trust store the agent knows (/usr/local/share/ca-certificates, /etc/pki/ca-trust/source/anchors)", srcDir)
 	}
 	for _, e := range ents {
 		if e.IsDir() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(a.path(srcDir), e.Name()))
+		b, err := os.ReadFile(filepath.Join(c.path(srcDir), e.Name()))
 		if err != nil {
 			return fmt.Errorf("kolla: %w", err)
 		}
 		name := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())) + ".crt" // update-ca-certificates reads *.crt only
-		if err := os.WriteFile(filepath.Join(a.path(dest), "kolla-customca-"+name), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(c.path(dest), "kolla-customca-"+name), b, 0o644); err != nil {
 			return fmt.Errorf("kolla: %w", err)
 		}
 	}
@@ -234,4 +266,11 @@ func (a *Agent) copyCACerts(ctx context.Context, env []string) error {
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
+}
+
+func (c StartConfig) path(p string) string {
+	if c.Root == "" {
+		return p
+	}
+	return filepath.Join(c.Root, p)
 }
