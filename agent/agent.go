@@ -22,6 +22,8 @@ import (
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/entrypoint"
+	"github.com/kolla-agent/kolla-agent/agent/render"
+	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/discovery"
 	"github.com/kolla-agent/kolla-agent/probes"
 	"github.com/kolla-agent/kolla-agent/redact"
@@ -93,9 +95,6 @@ type Agent struct {
 	metrics  *agentMetrics
 	// kube is the API client, made once for the wait and the steady state.
 	kube *discovery.Kube
-	// boot is the bootstrap, resolved once for the steps before the service
-	// and those after the rollout.
-	boot *bootRun
 	// health is what the probe server answers with once it runs: the
 	// agent's own before the service starts (gates: dependencies,
 	// bootstrap), then the service's checks.
@@ -103,6 +102,60 @@ type Agent struct {
 	// eventPod is the pod (namespace, name) Events about lookups go on,
 	// once a plan names it.
 	eventPod atomic.Pointer[[2]string]
+}
+
+// session is one Plan carried out by the Agent: the agent's means with the
+// plan bound once, so that no method takes it, and what one run resolves
+// once for its later stages.
+type session struct {
+	*Agent
+	*Plan
+	// boot is the bootstrap, resolved once for the steps before the service
+	// and those after the rollout.
+	boot *bootRun
+	// probes is the probe server, started before the wait (run, sidecar).
+	probes *probeRun
+	// rendered is the config the service starts with (run; nil in
+	// sidecar mode).
+	rendered *renderedConfig
+}
+
+func (a *Agent) bind(p *Plan) *session { return &session{Agent: a, Plan: p} }
+
+// The commands, each carrying out one plan.
+
+// Wait is `kolla-agent wait` and init mode: wait for the plan's dependencies.
+func (a *Agent) Wait(ctx context.Context, p *Plan) error { return a.bind(p).wait(ctx) }
+
+// Bootstrap is init mode's bootstrap, after Wait (see session.bootstrap).
+func (a *Agent) Bootstrap(ctx context.Context, p *Plan) error { return a.bind(p).bootstrap(ctx) }
+
+// RunService is `kolla-agent run [-- CMD...]` (see session.runService).
+func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, error) {
+	return a.bind(p).runService(ctx, args)
+}
+
+// RunSidecar is `kolla-agent sidecar` (see session.runSidecar).
+func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error { return a.bind(p).runSidecar(ctx) }
+
+// Endpoints is `kolla-agent endpoints [--dry-run]` (see session.endpoints).
+func (a *Agent) Endpoints(ctx context.Context, p *Plan, dryRun bool) ([]bootstrap.Change, error) {
+	return a.bind(p).endpoints(ctx, dryRun)
+}
+
+// BootstrapCommand is `kolla-agent bootstrap -- CMD`, the bootstrap Job's
+// container: run CMD, pass its output through, exit with its code, and on
+// failure leave the reason in the termination message.
+func (a *Agent) BootstrapCommand(ctx context.Context, p *Plan, args []string) (int, error) {
+	if len(args) == 0 {
+		return 0, configErr("bootstrap: no command: give it after --")
+	}
+	return a.bind(p).runCommand(ctx, args)
+}
+
+// Render is `kolla-agent render [--check|--dry-run]` (see session.render).
+func (a *Agent) Render(ctx context.Context, p *Plan, mode RenderMode) (*render.KollaConfig, []render.Difference, error) {
+	return a.bind(p).render(ctx, mode)
 }
 
 // New checks the options and fills defaults.
@@ -306,25 +359,25 @@ func (a *Agent) resolver(ns string) (*discovery.Resolver, error) {
 	return r, nil
 }
 
-// Wait waits for the plan's dependencies. On failure it writes the reason to
+// wait waits for the plan's dependencies. On failure it writes the reason to
 // the termination message path and posts it as an Event on the pod, and it
 // always prints the final state of every dependency.
-func (a *Agent) Wait(ctx context.Context, p *Plan) error {
-	timeout := p.Timeout.String()
-	if p.Timeout == 0 {
+func (s *session) wait(ctx context.Context) error {
+	timeout := s.Timeout.String()
+	if s.Timeout == 0 {
 		timeout = "none"
 	}
-	a.log.Info("waiting for dependencies", "config", p.Source, "count", len(p.Dependencies), "timeout", timeout, "namespace", p.Namespace)
-	if len(p.Dependencies) == 0 {
+	s.log.Info("waiting for dependencies", "config", s.Source, "count", len(s.Dependencies), "timeout", timeout, "namespace", s.Namespace)
+	if len(s.Dependencies) == 0 {
 		return nil
 	}
-	cfg, err := a.discoveryConfig(p, p.Dependencies)
+	cfg, err := s.discoveryConfig(s.Dependencies)
 	if err != nil {
 		return err
 	}
-	cfg.Registerer = a.registry // also served by the probe server later
-	if a.opts.MetricsAddr != "" {
-		stop, err := a.serveMetrics(a.opts.MetricsAddr, a.registry)
+	cfg.Registerer = s.registry // also served by the probe server later
+	if s.opts.MetricsAddr != "" {
+		stop, err := s.serveMetrics(s.opts.MetricsAddr, s.registry)
 		if err != nil {
 			return err
 		}
@@ -336,27 +389,27 @@ func (a *Agent) Wait(ctx context.Context, p *Plan) error {
 	}
 	start := time.Now()
 	err = w.Run(ctx)
-	a.summary(w.Results())
+	s.summary(w.Results())
 	if err == nil {
-		a.log.Info("all dependencies ready", "took", time.Since(start).Round(time.Millisecond).String())
+		s.log.Info("all dependencies ready", "took", time.Since(start).Round(time.Millisecond).String())
 		return nil
 	}
-	a.reportFailure(p, cfg.Kube, "DependencyWaitFailed", err)
+	s.reportFailure(cfg.Kube, "DependencyWaitFailed", err)
 	return err
 }
 
 // discoveryConfig gives discovery the means deps need: DNS when one is a
 // dns: dependency, the API when there is a kubeconfig or a service account
 // (required when one needs it).
-func (a *Agent) discoveryConfig(p *Plan, deps []discovery.Dependency) (discovery.Config, error) {
+func (s *session) discoveryConfig(deps []discovery.Dependency) (discovery.Config, error) {
 	cfg := discovery.Config{
 		Dependencies: deps,
-		Timeout:      p.Timeout,
-		Namespace:    p.Namespace,
-		PodName:      p.PodName,
-		NodeName:     p.NodeName,
-		Public:       publicAddresses(p),
-		Logger:       a.log,
+		Timeout:      s.Timeout,
+		Namespace:    s.Namespace,
+		PodName:      s.PodName,
+		NodeName:     s.NodeName,
+		Public:       s.publicAddresses(),
+		Logger:       s.log,
 	}
 	var needDNS, needAPI bool
 	for _, d := range deps {
@@ -364,25 +417,25 @@ func (a *Agent) discoveryConfig(p *Plan, deps []discovery.Dependency) (discovery
 		needAPI = needAPI || d.Kind.NeedsAPI()
 	}
 	if needDNS {
-		r, err := a.resolver(p.Namespace)
+		r, err := s.resolver(s.Namespace)
 		if err != nil {
 			return cfg, err
 		}
 		cfg.DNS = r
 	}
-	kube, err := a.kubeClient()
+	kube, err := s.kubeClient()
 	if err != nil && !needAPI {
 		// A pod without a token (automountServiceAccountToken: false)
 		// waiting for ports or names: as outside a cluster.
-		a.log.Debug("no Kubernetes API client; no dependency needs one", "error", err.Error())
+		s.log.Debug("no Kubernetes API client; no dependency needs one", "error", err.Error())
 		kube, err = nil, nil
 	}
 	if err != nil {
 		return cfg, configErr("dependency %s needs the Kubernetes API: %v", firstAPIDependency(deps), err)
 	}
 	cfg.Kube = kube
-	if p.PodName != "" {
-		a.eventPod.Store(&[2]string{p.Namespace, p.PodName})
+	if s.PodName != "" {
+		s.eventPod.Store(&[2]string{s.Namespace, s.PodName})
 	}
 	if kube == nil && needAPI {
 		return cfg, configErr("dependency %s needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", firstAPIDependency(deps))
@@ -451,16 +504,16 @@ func (a *Agent) refusedEvent(msg string) {
 
 // reportFailure tells the operator why the pod stops, where `kubectl
 // describe pod` shows it: the termination message and an Event.
-func (a *Agent) reportFailure(p *Plan, kube *discovery.Kube, reason string, err error) {
+func (s *session) reportFailure(kube *discovery.Kube, reason string, err error) {
 	msg := err.Error()
-	a.writeTerminationMessage(p, msg)
-	if kube == nil || p.PodName == "" {
+	s.writeTerminationMessage(msg)
+	if kube == nil || s.PodName == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if eerr := postEvent(ctx, kube, p.Namespace, p.PodName, "Warning", reason, msg); eerr != nil {
-		a.log.Warn("could not post the failure as an Event on the pod", "pod", p.Namespace+"/"+p.PodName, "error", eerr.Error())
+	if eerr := postEvent(ctx, kube, s.Namespace, s.PodName, "Warning", reason, msg); eerr != nil {
+		s.log.Warn("could not post the failure as an Event on the pod", "pod", s.Namespace+"/"+s.PodName, "error", eerr.Error())
 	}
 }
 
@@ -475,15 +528,15 @@ func (a *Agent) ConfigFailed(p *Plan, err error) {
 			p.TerminationMessagePath = DefaultTerminationMessagePath
 		}
 	}
-	a.writeTerminationMessage(p, "bad configuration: "+err.Error())
+	a.bind(p).writeTerminationMessage("bad configuration: " + err.Error())
 }
 
 // writeTerminationMessage writes msg where the kubelet reads why the
 // container stopped (at most 4096 bytes of it).
-func (a *Agent) writeTerminationMessage(p *Plan, msg string) {
-	if path := a.path(p.TerminationMessagePath); path != "" {
+func (s *session) writeTerminationMessage(msg string) {
+	if path := s.path(s.TerminationMessagePath); path != "" {
 		if werr := os.WriteFile(path, []byte(truncate(redact.Text(msg), 4096)), 0o644); werr != nil {
-			a.log.Debug("termination message not written", "path", path, "error", werr.Error())
+			s.log.Debug("termination message not written", "path", path, "error", werr.Error())
 		}
 	}
 }

@@ -20,62 +20,76 @@ import (
 	"github.com/kolla-agent/kolla-agent/discovery"
 )
 
-// Bootstrap runs the bootstrap: section's steps that come before the
+// bootstrap runs the bootstrap: section's steps that come before the
 // service (all of them, or the phases before the rollout), after the wait
 // and the render: lease mode's command needs the rendered config. Bad input
 // is a ConfigError; a failed or timed-out bootstrap is reported (log,
 // termination message, Event) and returned.
-func (a *Agent) Bootstrap(ctx context.Context, p *Plan) error {
-	b := &p.Config.Bootstrap
+func (s *session) bootstrap(ctx context.Context) error {
+	b := &s.Config.Bootstrap
 	if !b.Enabled() {
-		return a.bootstrapEndpoints(ctx, p)
+		return s.bootstrapEndpoints(ctx)
 	}
-	run, err := a.bootstrapRun(ctx, p)
+	run, err := s.bootstrapRun(ctx)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.BootstrapTimeout())
 	defer cancel()
 	start := time.Now()
-	for _, s := range run.steps(false) {
-		if err := run.step(ctx, s); err != nil {
+	for _, st := range run.steps(false) {
+		if err := run.step(ctx, st); err != nil {
 			if errors.Is(err, bootstrap.ErrInvalid) {
-				return &ConfigError{Err: fmt.Errorf("%s: bootstrap: %w", p.Source, err)}
+				return &ConfigError{Err: fmt.Errorf("%s: bootstrap: %w", s.Source, err)}
 			}
-			a.reportFailure(p, run.kube, "BootstrapFailed", err)
-			a.markPod(run, false, "BootstrapFailed", err.Error())
+			s.reportFailure(run.kube, "BootstrapFailed", err)
+			run.markPod(false, "BootstrapFailed", err.Error())
 			return err
 		}
 	}
-	a.log.Info("bootstrap done", "name", b.Name, "mode", b.Mode, "version", run.version, "took", time.Since(start).Round(time.Millisecond).String())
-	if err := a.bootstrapEndpoints(ctx, p); err != nil {
+	s.log.Info("bootstrap done", "name", b.Name, "mode", b.Mode, "version", run.version, "took", time.Since(start).Round(time.Millisecond).String())
+	if err := s.bootstrapEndpoints(ctx); err != nil {
 		return err
 	}
-	a.markPod(run, true, "Bootstrapped", fmt.Sprintf("%s %s done", b.Name, run.version))
+	run.markPod(true, "Bootstrapped", fmt.Sprintf("%s %s done", b.Name, run.version))
 	return nil
 }
 
 // bootstrapEndpoints keeps the Keystone catalog, when configured, as the
 // bootstrap's last step; a failure stops the pod like a failed bootstrap.
-func (a *Agent) bootstrapEndpoints(ctx context.Context, p *Plan) error {
-	b := &p.Config.Bootstrap
+func (s *session) bootstrapEndpoints(ctx context.Context) error {
+	b := &s.Config.Bootstrap
 	if b.Endpoints == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.BootstrapTimeout())
 	defer cancel()
-	changes, err := a.Endpoints(ctx, p, false)
+	changes, err := s.endpoints(ctx, false)
 	var cerr *ConfigError
 	switch {
 	case errors.As(err, &cerr):
 		return err
 	case err != nil:
 		err = fmt.Errorf("%w: keystone catalog: %v", bootstrap.ErrFailed, err)
-		a.reportFailure(p, a.kube, "EndpointsFailed", err)
+		s.reportFailure(s.kube, "EndpointsFailed", err)
 		return err
 	}
-	a.log.Info("keystone catalog up to date", "service", b.Endpoints.Name, "changes", len(changes))
+	s.log.Info("keystone catalog up to date", "service", b.Endpoints.Name, "changes", len(changes))
 	return nil
+}
+
+// newRolloutDuty runs the bootstrap's phases that wait for the rollout
+// (contract) beside the service, when there are any; then it waits for its
+// turn in the shutdown (the service runs on).
+func (s *session) newRolloutDuty() *duty {
+	if s.boot == nil || len(s.boot.steps(true)) == 0 {
+		return nil
+	}
+	return &duty{name: "bootstrap-after-rollout", run: func(ctx context.Context) error {
+		s.afterRollout(ctx)
+		<-ctx.Done()
+		return nil
+	}}
 }
 
 // afterRollout runs the phases that wait for the rollout (contract) beside
@@ -84,36 +98,36 @@ func (a *Agent) bootstrapEndpoints(ctx context.Context, p *Plan) error {
 // (the others get AlreadyExists and watch it). A recorded phase is skipped;
 // a newer rollout leaves the phase to the newer pods. A failure is
 // reported (log, Event) but never stops the service.
-func (a *Agent) afterRollout(ctx context.Context, p *Plan) {
-	r := a.boot
+func (s *session) afterRollout(ctx context.Context) {
+	r := s.boot
 	if r == nil {
 		return
 	}
 	kind, name := r.cfg.OwnerRef()
-	for _, s := range r.steps(true) {
-		if done, _ := r.coord.Recorded(ctx, s); done {
+	for _, st := range r.steps(true) {
+		if done, _ := r.coord.Recorded(ctx, st); done {
 			continue
 		}
-		err := r.coord.WaitRollout(ctx, s, r.pod, bootstrap.Owner{Kind: kind, Name: name})
+		err := r.coord.WaitRollout(ctx, st, r.pod, bootstrap.Owner{Kind: kind, Name: name})
 		if err == nil {
 			sctx, cancel := context.WithTimeout(ctx, r.cfg.BootstrapTimeout())
-			err = r.step(sctx, s)
+			err = r.step(sctx, st)
 			cancel()
 		}
 		switch {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, bootstrap.ErrSuperseded):
-			a.log.Info("a newer revision is rolling out; its pods run the later phases", "step", s.String(), "why", err.Error())
+			s.log.Info("a newer revision is rolling out; its pods run the later phases", "step", st.String(), "why", err.Error())
 			return
 		case err != nil:
 			// Not the termination message: the container runs on, and a
 			// later exit would be blamed on this.
-			a.log.Error("bootstrap phase after the rollout failed; the service runs on", "step", s.String(), "error", err.Error())
-			if p.PodName != "" {
+			s.log.Error("bootstrap phase after the rollout failed; the service runs on", "step", st.String(), "error", err.Error())
+			if s.PodName != "" {
 				ectx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				if eerr := postEvent(ectx, r.kube, p.Namespace, p.PodName, "Warning", "BootstrapFailed", truncate(err.Error(), 1024)); eerr != nil {
-					a.log.Debug("could not post an Event", "error", eerr.Error())
+				if eerr := postEvent(ectx, r.kube, s.Namespace, s.PodName, "Warning", "BootstrapFailed", truncate(err.Error(), 1024)); eerr != nil {
+					s.log.Debug("could not post an Event", "error", eerr.Error())
 				}
 				cancel()
 			}
@@ -124,9 +138,9 @@ func (a *Agent) afterRollout(ctx context.Context, p *Plan) {
 
 // podIdentity names this replica (a Lease holder, a Job's creator): POD_NAME,
 // else the hostname, which is the pod's name unless the spec sets hostname.
-func podIdentity(p *Plan) (string, error) {
-	if p.PodName != "" {
-		return p.PodName, nil
+func (s *session) podIdentity() (string, error) {
+	if s.PodName != "" {
+		return s.PodName, nil
 	}
 	h, err := os.Hostname()
 	if err != nil {
@@ -137,8 +151,7 @@ func podIdentity(p *Plan) (string, error) {
 
 // bootRun is one bootstrap's resolved inputs.
 type bootRun struct {
-	a       *Agent
-	p       *Plan
+	s       *session
 	cfg     *config.Bootstrap
 	kube    *discovery.Kube
 	coord   *bootstrap.Coordinator
@@ -158,26 +171,26 @@ func (r *bootRun) later(phase string) bool {
 
 // bootstrapRun resolves the version and builds the coordinator, once per
 // agent: the steady state's after-rollout phases use the same.
-func (a *Agent) bootstrapRun(ctx context.Context, p *Plan) (*bootRun, error) {
-	if a.boot != nil {
-		return a.boot, nil
+func (s *session) bootstrapRun(ctx context.Context) (*bootRun, error) {
+	if s.boot != nil {
+		return s.boot, nil
 	}
-	b := &p.Config.Bootstrap
-	kube, err := a.kubeClient()
+	b := &s.Config.Bootstrap
+	kube, err := s.kubeClient()
 	if err != nil {
 		return nil, err
 	}
 	if kube == nil {
-		return nil, configErr("%s: bootstrap needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", p.Source)
+		return nil, configErr("%s: bootstrap needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", s.Source)
 	}
-	pod, err := podIdentity(p)
+	pod, err := s.podIdentity()
 	if err != nil {
 		return nil, configErr("bootstrap: %v", err)
 	}
-	r := &bootRun{a: a, p: p, cfg: b, kube: kube, pod: pod}
+	r := &bootRun{s: s, cfg: b, kube: kube, pod: pod}
 	r.coord, err = bootstrap.New(bootstrap.Config{
-		Kube: kube, Namespace: p.Namespace, Name: b.Name, PodName: pod,
-		Report: a.bootstrapProgress(p, kube), Logger: a.log, Registerer: a.registry,
+		Kube: kube, Namespace: s.Namespace, Name: b.Name, PodName: pod,
+		Report: s.bootstrapProgress(kube), Logger: s.log, Registerer: s.registry,
 	})
 	if err != nil {
 		return nil, configErr("%v", err)
@@ -185,7 +198,7 @@ func (a *Agent) bootstrapRun(ctx context.Context, p *Plan) (*bootRun, error) {
 	if r.version, err = r.resolveVersion(ctx); err != nil {
 		return nil, err
 	}
-	a.boot = r
+	s.boot = r
 	return r, nil
 }
 
@@ -198,9 +211,9 @@ func (r *bootRun) resolveVersion(ctx context.Context) (string, error) {
 	}
 	inputs := map[string][]byte{}
 	for i, path := range r.cfg.Inputs {
-		data, err := os.ReadFile(r.a.path(path))
+		data, err := os.ReadFile(r.s.path(path))
 		if err != nil {
-			return "", configErr("%s: bootstrap.inputs[%d]: %v", r.p.Source, i, err)
+			return "", configErr("%s: bootstrap.inputs[%d]: %v", r.s.Source, i, err)
 		}
 		inputs[path] = data
 	}
@@ -228,13 +241,13 @@ func (r *bootRun) resolveVersion(ctx context.Context) (string, error) {
 		}
 		images, err := r.coord.PodImages(ctx, r.pod)
 		if err != nil {
-			return "", configErr("%s: bootstrap: no version given, and the pod's images (which make the default version) cannot be read: %v; set bootstrap.version or POD_NAME", r.p.Source, err)
+			return "", configErr("%s: bootstrap: no version given, and the pod's images (which make the default version) cannot be read: %v; set bootstrap.version or POD_NAME", r.s.Source, err)
 		}
 		inputs["(commands)"] = []byte(strings.Join(append(parts, images...), "\n"))
 	}
 	v, err := bootstrap.Version(what, inputs)
 	if err != nil {
-		return "", configErr("%s: bootstrap.job %s: %v", r.p.Source, r.cfg.Job, err)
+		return "", configErr("%s: bootstrap.job %s: %v", r.s.Source, r.cfg.Job, err)
 	}
 	return v, nil
 }
@@ -285,24 +298,24 @@ func (r *bootRun) step(ctx context.Context, s bootstrap.Step) error {
 	case config.BootstrapLease:
 		// The command is a template too, so that, say, keystone-manage
 		// bootstrap gets --bootstrap-public-url {{ publicURL ... }}.
-		cmd, err := render.RenderTemplate(ctx, "bootstrap.command", []byte(r.command(s)), r.a.templateOptions(r.p))
+		cmd, err := render.RenderTemplate(ctx, "bootstrap.command", []byte(r.command(s)), r.s.templateOptions())
 		if err != nil {
-			return templateErr(r.p, err)
+			return r.s.templateErr(err)
 		}
 		argv, err := shlex.Split(string(cmd))
 		if err != nil || len(argv) == 0 {
-			return configErr("%s: bootstrap.command %q: not a command", r.p.Source, cmd)
+			return configErr("%s: bootstrap.command %q: not a command", r.s.Source, cmd)
 		}
 		return r.coord.Lease(ctx, s, bootstrap.LeaseOptions{Duration: r.cfg.Lease()}, func(ctx context.Context) (int, error) {
-			return r.a.runCommand(ctx, r.p, argv)
+			return r.s.runCommand(ctx, argv)
 		})
 	case config.BootstrapWait:
 		deps, err := r.cfg.WaitJobs()
 		if err != nil {
-			return configErr("%s: %v", r.p.Source, err)
+			return configErr("%s: %v", r.s.Source, err)
 		}
 		return r.coord.Wait(ctx, s, strings.Join(r.cfg.Jobs, ", "), func(ctx context.Context) error {
-			w, err := discovery.New(discovery.Config{Dependencies: deps, Namespace: r.p.Namespace, PodName: r.p.PodName, Kube: r.kube, Logger: r.a.log})
+			w, err := discovery.New(discovery.Config{Dependencies: deps, Namespace: r.s.Namespace, PodName: r.s.PodName, Kube: r.kube, Logger: r.s.log})
 			if err != nil {
 				return &ConfigError{Err: err}
 			}
@@ -316,17 +329,17 @@ func (r *bootRun) step(ctx context.Context, s bootstrap.Step) error {
 // config's templates; the template sees .Bootstrap.{Name,Phase,Command,
 // Version}. The version is "" while the version itself is being computed.
 func (r *bootRun) renderJob(ctx context.Context, s bootstrap.Step, version string) ([]byte, error) {
-	src, err := os.ReadFile(r.a.path(r.cfg.Job))
+	src, err := os.ReadFile(r.s.path(r.cfg.Job))
 	if err != nil {
-		return nil, configErr("%s: bootstrap.job: %v", r.p.Source, err)
+		return nil, configErr("%s: bootstrap.job: %v", r.s.Source, err)
 	}
-	o := r.a.templateOptions(r.p)
+	o := r.s.templateOptions()
 	o.Data = map[string]any{"Bootstrap": map[string]any{
 		"Name": r.cfg.Name, "Phase": s.Phase, "Command": r.command(s), "Version": version,
 	}}
 	out, err := render.RenderTemplate(ctx, r.cfg.Job, src, o)
 	if err != nil {
-		return nil, templateErr(r.p, err)
+		return nil, r.s.templateErr(err)
 	}
 	return out, nil
 }
@@ -334,7 +347,7 @@ func (r *bootRun) renderJob(ctx context.Context, s bootstrap.Step, version strin
 // bootstrapProgress logs each change of a step's state, posts the
 // noteworthy ones as Events on the pod, and holds readiness while a step is
 // not done.
-func (a *Agent) bootstrapProgress(p *Plan, kube *discovery.Kube) func(bootstrap.Progress) {
+func (s *session) bootstrapProgress(kube *discovery.Kube) func(bootstrap.Progress) {
 	var last bootstrap.Progress
 	return func(pr bootstrap.Progress) {
 		if pr == last {
@@ -343,28 +356,28 @@ func (a *Agent) bootstrapProgress(p *Plan, kube *discovery.Kube) func(bootstrap.
 		last = pr
 		attrs := []any{"step", pr.Step.String(), "state", string(pr.State), "detail", pr.Detail}
 		if pr.State == bootstrap.Failed {
-			a.log.Error("bootstrap", attrs...)
+			s.log.Error("bootstrap", attrs...)
 		} else {
-			a.log.Info("bootstrap", attrs...)
+			s.log.Info("bootstrap", attrs...)
 		}
 		// The phases after the rollout run while the pod serves: they
 		// never hold its readiness.
-		if a.boot == nil || !a.boot.later(pr.Step.Phase) {
+		if s.boot == nil || !s.boot.later(pr.Step.Phase) {
 			reason := ""
 			if pr.State != bootstrap.Done {
 				reason = pr.Step.String() + ": " + pr.Detail
 			}
-			a.gate("bootstrap", reason)
+			s.gate("bootstrap", reason)
 		}
-		if pr.Event != "" && p.PodName != "" {
+		if pr.Event != "" && s.PodName != "" {
 			typ := "Normal"
 			if pr.State == bootstrap.Failed {
 				typ = "Warning"
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if err := postEvent(ctx, kube, p.Namespace, p.PodName, typ, pr.Event, pr.Step.String()+": "+pr.Detail); err != nil {
-				a.log.Debug("could not post an Event", "reason", pr.Event, "error", err.Error())
+			if err := postEvent(ctx, kube, s.Namespace, s.PodName, typ, pr.Event, pr.Step.String()+": "+pr.Detail); err != nil {
+				s.log.Debug("could not post an Event", "reason", pr.Event, "error", err.Error())
 			}
 		}
 	}
@@ -372,14 +385,14 @@ func (a *Agent) bootstrapProgress(p *Plan, kube *discovery.Kube) func(bootstrap.
 
 // markPod sets the pod condition kolla.openstack.org/bootstrapped when the
 // config asks for it.
-func (a *Agent) markPod(r *bootRun, ok bool, reason, msg string) {
-	if r == nil || !r.cfg.PodCondition || r.p.PodName == "" {
+func (r *bootRun) markPod(ok bool, reason, msg string) {
+	if r == nil || !r.cfg.PodCondition || r.s.PodName == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.coord.SetPodCondition(ctx, r.p.PodName, ok, reason, truncate(msg, 1024)); err != nil {
-		a.log.Warn("could not set the pod condition "+bootstrap.ConditionBootstrapped, "error", err.Error())
+	if err := r.coord.SetPodCondition(ctx, r.s.PodName, ok, reason, truncate(msg, 1024)); err != nil {
+		r.s.log.Warn("could not set the pod condition "+bootstrap.ConditionBootstrapped, "error", err.Error())
 	}
 }
 
@@ -387,20 +400,20 @@ func (a *Agent) markPod(r *bootRun, ok bool, reason, msg string) {
 // user, its output passed through, and returns its exit code. On failure
 // the last lines of its output go to the termination message, where
 // `kubectl describe pod` shows them.
-func (a *Agent) runCommand(ctx context.Context, p *Plan, argv []string) (int, error) {
-	run := p.Config.Run
-	cred, err := supervise.LookupCredential(a.opts.Root, run.User, run.Group)
+func (s *session) runCommand(ctx context.Context, argv []string) (int, error) {
+	run := s.Config.Run
+	cred, err := supervise.LookupCredential(s.opts.Root, run.User, run.Group)
 	if err != nil {
 		return 0, configErr("run.user/run.group: %v", err)
 	}
 	tail := &tailBuffer{max: 2048}
-	s, err := supervise.New(supervise.Config{
+	sup, err := supervise.New(supervise.Config{
 		Command:    argv,
-		Env:        a.childEnv(cred),
+		Env:        s.childEnv(cred),
 		Credential: cred,
 		QuietArgs:  true,
-		Grace:      p.Config.Grace(),
-		Logger:     a.log,
+		Grace:      s.Config.Grace(),
+		Logger:     s.log,
 		Signals:    forwarded(),
 		Stdout:     io.MultiWriter(os.Stdout, tail),
 		Stderr:     io.MultiWriter(os.Stderr, tail),
@@ -410,8 +423,8 @@ func (a *Agent) runCommand(ctx context.Context, p *Plan, argv []string) (int, er
 	}
 	// Only the program: the arguments come from a template that may have
 	// read a Secret (--password ...), and no redaction can know that.
-	a.log.Info("running the bootstrap command", "program", argv[0], "args", len(argv)-1)
-	code, err := s.Run(ctx)
+	s.log.Info("running the bootstrap command", "program", argv[0], "args", len(argv)-1)
+	code, err := sup.Run(ctx)
 	if err == nil && code == 0 {
 		return 0, nil
 	}
@@ -422,18 +435,8 @@ func (a *Agent) runCommand(ctx context.Context, p *Plan, argv []string) (int, er
 	if t := tail.String(); t != "" {
 		msg += "; last output:\n" + t
 	}
-	a.writeTerminationMessage(p, msg)
+	s.writeTerminationMessage(msg)
 	return code, err
-}
-
-// BootstrapCommand is `kolla-agent bootstrap -- CMD`, the bootstrap Job's
-// container: run CMD, pass its output through, exit with its code, and on
-// failure leave the reason in the termination message.
-func (a *Agent) BootstrapCommand(ctx context.Context, p *Plan, args []string) (int, error) {
-	if len(args) == 0 {
-		return 0, configErr("bootstrap: no command: give it after --")
-	}
-	return a.runCommand(ctx, p, args)
 }
 
 // tailBuffer keeps the last max bytes written, cut at a line start.

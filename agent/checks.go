@@ -11,25 +11,17 @@ import (
 	"github.com/kolla-agent/kolla-agent/probes"
 )
 
-// checkMeans is what the checks of probes.checks are built with.
-type checkMeans struct {
-	pids    probes.PIDSource // the service's process; nil when there is none
-	spawner probes.Spawner   // starts exec checks
-	env     []string         // exec checks' environment
-	argv    []string         // the service's command line (run mode)
-	deps    *discovery.Waiter
-}
-
 // checkSpecs turns probes.checks into the probes package's specs. In
 // sidecar mode, where the service's process can vanish and come back, a
 // liveness "process" check is added unless the config has its own.
-func (a *Agent) checkSpecs(cfg *config.Config, m checkMeans, sidecar bool) ([]probes.Spec, error) {
+func (s *session) checkSpecs(h *serviceHandle, deps *discovery.Waiter) ([]probes.Spec, error) {
+	cfg, sidecar := s.Config, h.svc == nil
 	var specs []probes.Spec
 	hasProcess := false
 	for i := range cfg.Probes.Checks {
 		ch := &cfg.Probes.Checks[i]
 		f := fmt.Sprintf("probes.checks[%d]", i)
-		c, err := a.checker(ch, f, m)
+		c, err := s.checker(ch, f, h, deps)
 		if err != nil {
 			return nil, err
 		}
@@ -48,19 +40,19 @@ func (a *Agent) checkSpecs(cfg *config.Config, m checkMeans, sidecar bool) ([]pr
 			FailureThreshold: failure, SuccessThreshold: success, Checker: c,
 		})
 	}
-	if sidecar && !hasProcess && m.pids != nil {
+	if sidecar && !hasProcess && h.pids != nil {
 		specs = append(specs, probes.Spec{
 			Name: "process", Probes: []probes.Probe{probes.Liveness},
 			Period: 2 * time.Second, Timeout: time.Second, FailureThreshold: 3, SuccessThreshold: 1,
-			Checker: probes.NewProcess(m.pids),
+			Checker: probes.NewProcess(h.pids),
 		})
 	}
 	return specs, nil
 }
 
-func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checker, error) {
+func (s *session) checker(ch *config.Check, f string, h *serviceHandle, deps *discovery.Waiter) (probes.Checker, error) {
 	needPID := func(what string) error {
-		if m.pids == nil {
+		if h.pids == nil {
 			return fmt.Errorf("%s.%s: there is no service process to check: in `run` the agent must supervise it (run.supervise), in `sidecar` give sidecar.process", f, what)
 		}
 		return nil
@@ -70,7 +62,7 @@ func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checke
 		if err := needPID("process"); err != nil {
 			return nil, err
 		}
-		return probes.NewProcess(m.pids), nil
+		return probes.NewProcess(h.pids), nil
 	case ch.Connections != nil:
 		if err := needPID("connections"); err != nil {
 			return nil, err
@@ -79,13 +71,13 @@ func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checke
 		if min == 0 {
 			min = 1
 		}
-		return probes.NewConnections(m.pids, ch.Connections.Ports, min), nil
+		return probes.NewConnections(h.pids, ch.Connections.Ports, min), nil
 	case ch.TCP != nil:
 		return probes.NewTCP(ch.TCP.Address), nil
 	case ch.HTTP != nil:
 		h := ch.HTTP
 		c, err := probes.NewHTTP(probes.HTTPConfig{URL: h.URL, ExpectStatus: h.ExpectStatus, BodyRegex: h.BodyRegex,
-			Host: h.Host, CAFile: a.path(h.CAFile), InsecureSkipVerify: h.InsecureSkipVerify})
+			Host: h.Host, CAFile: s.path(h.CAFile), InsecureSkipVerify: h.InsecureSkipVerify})
 		if err != nil {
 			return nil, fmt.Errorf("%s.http: %v", f, err)
 		}
@@ -95,7 +87,7 @@ func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checke
 		if err != nil {
 			return nil, fmt.Errorf("%s.exec.command: %v", f, err)
 		}
-		return probes.NewExec(argv, m.spawner, m.env), nil
+		return probes.NewExec(argv, h.spawner, h.env), nil
 	case ch.File != nil:
 		maxAge, err := time.ParseDuration(ch.File.MaxAge)
 		if err != nil {
@@ -107,42 +99,42 @@ func (a *Agent) checker(ch *config.Check, f string, m checkMeans) (probes.Checke
 		if err != nil {
 			return nil, fmt.Errorf("%s.dependency.wait: %v", f, err)
 		}
-		if m.deps == nil {
+		if deps == nil {
 			return nil, fmt.Errorf("%s.dependency: no means to check dependencies", f)
 		}
-		return probes.NewDependency(d, m.deps, a.log.With("check", ch.Name)), nil
+		return probes.NewDependency(d, deps, s.log.With("check", ch.Name)), nil
 	case ch.RPC != nil:
 		r := ch.RPC
 		var sources []probes.OsloSource
 		for _, p := range r.ConfigFiles {
-			sources = append(sources, probes.OsloSource{Path: a.path(p)})
+			sources = append(sources, probes.OsloSource{Path: s.path(p)})
 		}
 		for _, p := range r.ConfigDirs {
-			sources = append(sources, probes.OsloSource{Path: a.path(p), Dir: true})
+			sources = append(sources, probes.OsloSource{Path: s.path(p), Dir: true})
 		}
 		if r.ConfigFile == "" && len(sources) == 0 && r.TransportURL == "" {
 			// The files the service itself reads: from its command line,
 			// else oslo.config's defaults for its name.
 			exists := func(p string, dir bool) bool {
-				fi, err := os.Stat(a.path(p))
+				fi, err := os.Stat(s.path(p))
 				return err == nil && fi.IsDir() == dir
 			}
-			for _, s := range probes.OsloSourcesOf(m.argv, exists) {
-				s.Path = a.path(s.Path)
-				sources = append(sources, s)
+			for _, src := range probes.OsloSourcesOf(h.argv, exists) {
+				src.Path = s.path(src.Path)
+				sources = append(sources, src)
 			}
 			switch {
 			case len(sources) > 0:
-			case m.argv == nil:
+			case h.argv == nil:
 				return nil, fmt.Errorf("%s.rpc: give configFile, configFiles, configDirs or transportURL (the agent does not start the service here, so it has no command line to read them from)", f)
 			default:
-				return nil, fmt.Errorf("%s.rpc: give configFile, configFiles, configDirs or transportURL: the service's command line has no --config-file or --config-dir, and none of oslo.config's default files for %s exists (/etc/PROJECT/NAME.conf, /etc/NAME.conf)", f, filepath.Base(m.argv[0]))
+				return nil, fmt.Errorf("%s.rpc: give configFile, configFiles, configDirs or transportURL: the service's command line has no --config-file or --config-dir, and none of oslo.config's default files for %s exists (/etc/PROJECT/NAME.conf, /etc/NAME.conf)", f, filepath.Base(h.argv[0]))
 			}
 		}
 		c, err := probes.NewRPC(probes.RPCConfig{
-			ConfigFile: a.path(r.ConfigFile), Sources: sources, TransportURL: r.TransportURL, Topic: r.Topic, Server: r.Server,
+			ConfigFile: s.path(r.ConfigFile), Sources: sources, TransportURL: r.TransportURL, Topic: r.Topic, Server: r.Server,
 			Exchange: r.Exchange, Method: r.Method, Namespace: r.Namespace, Version: r.Version,
-			Logger: a.log.With("check", ch.Name),
+			Logger: s.log.With("check", ch.Name),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s.rpc: %v", f, err)

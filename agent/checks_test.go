@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,7 +45,7 @@ probes:
 		t.Fatal(err)
 	}
 	a := New(Options{})
-	specs, err := a.checkSpecs(c, checkMeans{pids: fixedPID(1), spawner: probes.OSSpawner{}, deps: w}, false)
+	specs, err := checkSpecs(a, c, &serviceHandle{svc: stubService{}, pids: fixedPID(1), spawner: probes.OSSpawner{}}, w)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ probes:
 
 	// Sidecar: a liveness process check is added when the config has none.
 	c2, _ := config.Parse("agent.yaml", []byte("probes:\n  checks:\n    - {name: t, tcp: {address: \"127.0.0.1:1\"}}\n"))
-	specs, err = a.checkSpecs(c2, checkMeans{pids: fixedPID(1)}, true)
+	specs, err = checkSpecs(a, c2, &serviceHandle{pids: fixedPID(1)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestCheckSpecsBadInput(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", tc.yaml, err)
 		}
-		_, err = a.checkSpecs(c, checkMeans{}, false)
+		_, err = checkSpecs(a, c, &serviceHandle{svc: stubService{}}, nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want it to contain %q", tc.yaml, err, tc.want)
 		}
@@ -118,7 +119,7 @@ func TestRPCCheckFromCommandLine(t *testing.T) {
 	// No config on the command line and none at oslo.config's defaults
 	// (an empty root): the error says where it looked.
 	empty := New(Options{Root: t.TempDir()})
-	if _, err := empty.checkSpecs(c, checkMeans{argv: []string{"nova-conductor"}}, false); err == nil || !strings.Contains(err.Error(), "none of oslo.config's default files for nova-conductor exists") {
+	if _, err := checkSpecs(empty, c, &serviceHandle{svc: stubService{}, argv: []string{"nova-conductor"}}, nil); err == nil || !strings.Contains(err.Error(), "none of oslo.config's default files for nova-conductor exists") {
 		t.Fatalf("a command line without config: %v", err)
 	}
 	// A bare nova-conductor reads /etc/nova/nova.conf and nova.conf.d.
@@ -126,22 +127,35 @@ func TestRPCCheckFromCommandLine(t *testing.T) {
 	os.MkdirAll(filepath.Join(root, "etc/nova/nova.conf.d"), 0o755)
 	os.WriteFile(filepath.Join(root, "etc/nova/nova.conf"), []byte("[DEFAULT]\nhost = c1\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "etc/nova/nova.conf.d/50-rabbit.conf"), []byte("[DEFAULT]\ntransport_url = rabbit://u:p@127.0.0.1:1/\n"), 0o644)
-	if specs, err := New(Options{Root: root}).checkSpecs(c, checkMeans{argv: []string{"nova-conductor"}}, false); err != nil || len(specs) != 1 {
+	if specs, err := checkSpecs(New(Options{Root: root}), c, &serviceHandle{svc: stubService{}, argv: []string{"nova-conductor"}}, nil); err != nil || len(specs) != 1 {
 		t.Fatalf("oslo.config's defaults: %v", err)
 	}
 	os.Remove(filepath.Join(root, "etc/nova/nova.conf.d/50-rabbit.conf"))
-	if _, err := New(Options{Root: root}).checkSpecs(c, checkMeans{argv: []string{"nova-conductor"}}, false); err == nil || !strings.Contains(err.Error(), "etc/nova/nova.conf: [DEFAULT] transport_url: missing") {
+	if _, err := checkSpecs(New(Options{Root: root}), c, &serviceHandle{svc: stubService{}, argv: []string{"nova-conductor"}}, nil); err == nil || !strings.Contains(err.Error(), "etc/nova/nova.conf: [DEFAULT] transport_url: missing") {
 		t.Fatalf("oslo.config's default nova.conf without transport_url: %v", err)
 	}
 	argv := []string{"nova-conductor", "--config-file=" + filepath.Join(dir, "nova.conf")}
-	if _, err := a.checkSpecs(c, checkMeans{argv: argv}, false); err == nil || !strings.Contains(err.Error(), "nova.conf: [DEFAULT] transport_url: missing") {
+	if _, err := checkSpecs(a, c, &serviceHandle{svc: stubService{}, argv: argv}, nil); err == nil || !strings.Contains(err.Error(), "nova.conf: [DEFAULT] transport_url: missing") {
 		t.Fatalf("nova.conf alone: %v", err)
 	}
 	argv = append(argv, "--config-dir", filepath.Join(dir, "nova.conf.d"))
-	specs, err := a.checkSpecs(c, checkMeans{argv: argv}, false)
+	specs, err := checkSpecs(a, c, &serviceHandle{svc: stubService{}, argv: argv}, nil)
 	if err != nil || len(specs) != 1 {
 		t.Fatalf("with the snippet: %v", err)
 	}
 }
 
 func typeName(v any) string { return fmt.Sprintf("%T", v) }
+
+// checkSpecs builds cfg's checks for the service h, as the steady state does.
+func checkSpecs(a *Agent, cfg *config.Config, h *serviceHandle, deps *discovery.Waiter) ([]probes.Spec, error) {
+	return a.bind(&Plan{Config: cfg}).checkSpecs(h, deps)
+}
+
+// stubService stands for a supervised service: run mode.
+type stubService struct{}
+
+func (stubService) Run(context.Context) (int, error) { return 0, nil }
+func (stubService) Stop()                            {}
+func (stubService) Done() <-chan struct{}            { return nil }
+func (stubService) Running() <-chan struct{}         { return nil }

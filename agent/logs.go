@@ -19,39 +19,50 @@ type logsRun struct {
 	sink io.Closer // nil: nothing to close (stdout)
 }
 
-// newLogs builds the duty from the logs: section; nil without one. What the
-// section names but cannot be opened (a CA file) is a config error now,
-// before the service starts, not a duty failing later.
-func (a *Agent) newLogs(p *Plan) (*logsRun, error) {
-	lc := p.Config.Logs
+// newLogsDuty builds the log shipping from the logs: section; nil without
+// one. It ships from the start (the lines of the wait and the bootstrap
+// too) until after the service has stopped: its turn in the shutdown
+// comes after the service's, and drains what the service wrote last. What
+// the section names but cannot be opened (a CA file) is a config error
+// now, before the service starts, not a duty failing later.
+func (s *session) newLogsDuty() (*duty, error) {
+	lr, err := s.newLogs()
+	if lr == nil || err != nil {
+		return nil, err
+	}
+	return s.side("logs", func(ctx context.Context) error { return lr.run(ctx) }, lr.close), nil
+}
+
+func (s *session) newLogs() (*logsRun, error) {
+	lc := s.Config.Logs
 	if lc == nil {
 		return nil, nil
 	}
 	fields := map[string]string{}
-	for k, v := range map[string]string{"pod": p.PodName, "namespace": p.Namespace, "container": a.env("CONTAINER_NAME")} {
+	for k, v := range map[string]string{"pod": s.PodName, "namespace": s.Namespace, "container": s.env("CONTAINER_NAME")} {
 		if v != "" {
 			fields[k] = v
 		}
 	}
-	obs := newLogMetrics(a)
+	obs := newLogMetrics(s.Agent)
 	lr := &logsRun{cfg: logs.ShipperConfig{
-		StateDir: a.path(lc.StateDirOr()),
+		StateDir: s.path(lc.StateDirOr()),
 		MaxLine:  lc.MaxLineSize,
 		Idle:     lc.IdleFlush(),
 		Rescan:   lc.RescanEvery(),
 		Drain:    lc.DrainFor(),
 		Fields:   fields,
-		Logger:   a.log,
+		Logger:   s.log,
 		Observer: obs,
 	}}
 	for _, f := range lc.Files {
-		lr.cfg.Files = append(lr.cfg.Files, logs.FileSpec{Glob: a.path(f.Path), Exclude: f.Exclude, Tag: f.Tag})
+		lr.cfg.Files = append(lr.cfg.Files, logs.FileSpec{Glob: s.path(f.Path), Exclude: f.Exclude, Tag: f.Tag})
 	}
 	if lc.Multiline.FirstLine != "" {
 		lr.cfg.FirstLine = regexp.MustCompile(lc.Multiline.FirstLine) // validated with the config
 	}
-	s := lc.Sink
-	sc := logs.SinkConfig{Type: s.Type, Address: s.Address, JSON: s.Format == "json", SharedKey: s.SharedKey, AckTimeout: lc.AckWait(), Hostname: p.PodName, Logger: a.log,
+	sk := lc.Sink
+	sc := logs.SinkConfig{Type: sk.Type, Address: sk.Address, JSON: sk.Format == "json", SharedKey: sk.SharedKey, AckTimeout: lc.AckWait(), Hostname: s.PodName, Logger: s.log,
 		OnHealth: func(err error) {
 			if err != nil {
 				obs.Failed(err)
@@ -59,20 +70,20 @@ func (a *Agent) newLogs(p *Plan) (*logsRun, error) {
 				obs.Recovered()
 			}
 		}}
-	if s.SharedKeyFile != "" {
-		sc.SharedKeyFile = a.path(s.SharedKeyFile)
+	if sk.SharedKeyFile != "" {
+		sc.SharedKeyFile = s.path(sk.SharedKeyFile)
 	}
-	if s.TLS != nil {
-		sc.TLS = &logs.SinkTLS{ServerName: s.TLS.ServerName, InsecureSkipVerify: s.TLS.InsecureSkipVerify}
-		if s.TLS.CAFile != "" {
-			sc.TLS.CAFile = a.path(s.TLS.CAFile)
+	if sk.TLS != nil {
+		sc.TLS = &logs.SinkTLS{ServerName: sk.TLS.ServerName, InsecureSkipVerify: sk.TLS.InsecureSkipVerify}
+		if sk.TLS.CAFile != "" {
+			sc.TLS.CAFile = s.path(sk.TLS.CAFile)
 		}
 	}
 	sink, closer, err := logs.NewSink(sc)
 	if se := (*logs.SinkError)(nil); errors.As(err, &se) {
-		return nil, configErr("%s: %s: %v", p.Source, se.Path("logs.sink"), se.Err)
+		return nil, configErr("%s: %s: %v", s.Source, se.Path("logs.sink"), se.Err)
 	} else if err != nil {
-		return nil, configErr("%s: logs.sink: %v", p.Source, err)
+		return nil, configErr("%s: logs.sink: %v", s.Source, err)
 	}
 	lr.cfg.Sink, lr.sink = sink, closer
 	return lr, nil

@@ -26,8 +26,8 @@ import (
 // (agent/reload), with the agent's means plugged in: its render, the
 // service's signal, the readiness checks, Events and metrics.
 type reloadRun struct {
-	a       *Agent
-	p       *Plan
+	s       *session
+	svc     *serviceHandle
 	cfg     *config.Reload
 	rcfg    reload.Config // completed by run with the service's means
 	files   []render.File // the config the service started with
@@ -37,12 +37,9 @@ type reloadRun struct {
 	api     *reload.APISource // reload.source: api
 	outcome *prometheus.CounterVec
 	applied *prometheus.GaugeVec
-	// signal signals the service and restarter restarts it: the
-	// supervised child under run, the found process in sidecar mode.
-	signal    signaller
-	restarter interface{ Restart(context.Context) error }
-	// health is the service's, for a drift between the source and the
-	// running config (a source config refused before).
+	// health is the service's: a reload is verified by its readiness, and a
+	// drift between the source and the running config (a source config
+	// refused before) shows in it.
 	health *probes.Health
 }
 
@@ -62,15 +59,15 @@ func (rr *reloadRun) action(changed []string) string {
 // whichever comes free first, and holds it until release: at most N
 // replicas signal or restart their service and wait for it at once.
 func (rr *reloadRun) holdSlot(ctx context.Context, lease string) (func(), error) {
-	a, p := rr.a, rr.p
-	kube, err := a.kubeClient()
+	s := rr.s
+	kube, err := s.kubeClient()
 	switch {
 	case err != nil:
 		return nil, err
 	case kube == nil:
 		return nil, errors.New("reload.maxUnavailable needs the Kubernetes API (no service-account token, no --kubeconfig)")
 	}
-	id, err := podIdentity(p)
+	id, err := s.podIdentity()
 	if err != nil {
 		return nil, fmt.Errorf("reload.maxUnavailable: %w", err)
 	}
@@ -88,12 +85,12 @@ func (rr *reloadRun) holdSlot(ctx context.Context, lease string) (func(), error)
 		cancels[i] = cancel
 		name := fmt.Sprintf("%s-%d", lease, i)
 		go func() {
-			l := &bootstrap.Lease{Kube: kube, Namespace: p.Namespace, Name: name, Identity: id}
+			l := &bootstrap.Lease{Kube: kube, Namespace: s.Namespace, Name: name, Identity: id}
 			_, release, err := l.Acquire(lctx)
 			results <- won{i, name, release, err}
 		}()
 	}
-	a.log.Info("reload: waiting for a turn", "leases", fmt.Sprintf("%s-0..%d", lease, n-1))
+	s.log.Info("reload: waiting for a turn", "leases", fmt.Sprintf("%s-0..%d", lease, n-1))
 	var got *won
 	for range n {
 		r := <-results
@@ -116,11 +113,11 @@ func (rr *reloadRun) holdSlot(ctx context.Context, lease string) (func(), error)
 		}
 		return nil, fmt.Errorf("no reload Lease acquired: %w", context.Cause(ctx))
 	}
-	a.log.Info("reload: holding a turn", "lease", got.slot)
+	s.log.Info("reload: holding a turn", "lease", got.slot)
 	return func() {
 		got.release()
 		cancels[got.i]()
-		a.log.Info("reload: turn released", "lease", got.slot)
+		s.log.Info("reload: turn released", "lease", got.slot)
 	}, nil
 }
 
@@ -141,11 +138,11 @@ type signaller interface {
 // output says "reloading") and a broken config is judged by the readiness
 // checks themselves, as any outage is.
 func (rr *reloadRun) gate(changed []string, reason string) {
-	h := rr.a.health.Load()
+	h := rr.s.health.Load()
 	switch {
 	case h == nil:
 	case rr.action(changed) == "restart":
-		rr.a.gate("reloading", reason)
+		rr.s.gate("reloading", reason)
 	default:
 		h.SetDegraded("reloading", reason)
 	}
@@ -158,11 +155,11 @@ func (rr *reloadRun) gate(changed []string, reason string) {
 // after a SIGHUP whose config left it broken a second later.
 func (rr *reloadRun) settled(changed []string) func(context.Context) time.Time {
 	window := rr.cfg.SettleDuration()
-	if rr.action(changed) != "signal" || rr.signal == nil || window == 0 {
+	if rr.action(changed) != "signal" || rr.svc.signal == nil || window == 0 {
 		return nil
 	}
 	var before probes.Workers
-	if pid := rr.signal.PID(); pid > 0 {
+	if pid := rr.svc.signal.PID(); pid > 0 {
 		before = probes.WorkersOf("", pid)
 	}
 	deadline := time.Now().Add(window)
@@ -173,11 +170,11 @@ func (rr *reloadRun) settled(changed []string) func(context.Context) time.Time {
 			now := time.Now()
 			switch {
 			case len(before) > 0 && before.Gone(""):
-				rr.a.log.Debug("reload: the service's workers before the signal have all exited", "workers", len(before))
+				rr.s.log.Debug("reload: the service's workers before the signal have all exited", "workers", len(before))
 				return now
 			case !now.Before(deadline):
 				if len(before) > 0 {
-					rr.a.log.Info("reload: workers from before the signal still run; verifying from reload.settle on", "settle", rr.cfg.SettleDuration().String())
+					rr.s.log.Info("reload: workers from before the signal still run; verifying from reload.settle on", "settle", rr.cfg.SettleDuration().String())
 				}
 				return now
 			}
@@ -190,22 +187,49 @@ func (rr *reloadRun) settled(changed []string) func(context.Context) time.Time {
 	}
 }
 
-// newReload prepares the reload of a `run` whose service started with
-// files (the render just committed): nil when the config has no reload.
-// kolla says whether kolla mode applies (its config dir is then watched).
-func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun, error) {
-	cfg := p.Config.Reload
+// newReloadDuty is the reload (reload: in agent.yaml; else nil) of the
+// service h, verified by health's readiness. Under run the service started
+// with the render just committed; in sidecar mode with what is on disk. It
+// starts once the service runs, and is stopped before the service is.
+func (s *session) newReloadDuty(h *serviceHandle, health *probes.Health) (*duty, error) {
+	rr, err := s.newReload(h, health)
+	if rr == nil || err != nil {
+		return nil, err
+	}
+	return &duty{name: "reload", run: func(ctx context.Context) error {
+		if !h.started(ctx) {
+			<-ctx.Done()
+			return nil
+		}
+		s.sideDuty(ctx, "reload", rr.run)
+		return nil
+	}}, nil
+}
+
+func (s *session) newReload(h *serviceHandle, health *probes.Health) (*reloadRun, error) {
+	cfg := s.Config.Reload
 	if cfg == nil {
 		return nil, nil
 	}
+	var files []render.File
+	var kolla bool // kolla mode: its config dir is watched too
+	if s.rendered != nil {
+		files, kolla = s.rendered.Files(), s.rendered.kc != nil
+	} else {
+		kc, err := s.kolla()
+		if err != nil {
+			return nil, err
+		}
+		kolla = kc != nil
+	}
 	quiet, maxWait, rescan, verify := cfg.Durations()
-	rr := &reloadRun{a: a, p: p, cfg: cfg, files: files}
-	rr.dirs = a.reloadDirs(p, kolla)
+	rr := &reloadRun{s: s, svc: h, cfg: cfg, files: files, health: health}
+	rr.dirs = s.reloadDirs(kolla)
 	var hostDirs []string
 	for _, d := range rr.dirs {
-		hostDirs = append(hostDirs, a.path(d))
+		hostDirs = append(hostDirs, s.path(d))
 	}
-	rr.watch = reload.WatchConfig{Dirs: hostDirs, Quiet: quiet, MaxWait: maxWait, Rescan: rescan, Logger: a.log}
+	rr.watch = reload.WatchConfig{Dirs: hostDirs, Quiet: quiet, MaxWait: maxWait, Rescan: rescan, Logger: s.log}
 	var vals []reload.Validation
 	for _, v := range cfg.Validate {
 		vals = append(vals, reload.Validation{Dest: v.Dest, Command: v.Command})
@@ -220,7 +244,7 @@ func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun,
 			if rr.api != nil {
 				ov = rr.api.Current()
 			}
-			r, err := a.renderConfig(ctx, p, ov)
+			r, err := s.renderConfig(ctx, ov)
 			if err != nil {
 				return nil, err
 			}
@@ -230,8 +254,8 @@ func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun,
 		VerifyTimeout: verify,
 		Gate:          rr.gate,
 		Report:        rr.report,
-		StateDir:      a.path(stateDir),
-		Logger:        a.log,
+		StateDir:      s.path(stateDir),
+		Logger:        s.log,
 	}
 	rr.outcome = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kolla_agent_reload_total",
@@ -241,11 +265,11 @@ func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun,
 		Name: "kolla_agent_config_info",
 		Help: "Always 1; the label is the hash of the config the service runs with.",
 	}, []string{"hash"})
-	if a.registry != nil {
-		if err := a.registry.Register(rr.outcome); err != nil {
+	if s.registry != nil {
+		if err := s.registry.Register(rr.outcome); err != nil {
 			return nil, err
 		}
-		if err := a.registry.Register(rr.applied); err != nil {
+		if err := s.registry.Register(rr.applied); err != nil {
 			return nil, err
 		}
 	}
@@ -256,8 +280,8 @@ func (a *Agent) newReload(p *Plan, files []render.File, kolla bool) (*reloadRun,
 // reloadDirs: reload.watch, else the kolla config dir (kolla mode) and the
 // volumes of the render sources (the nearest directory with ..data, else
 // the source's own directory).
-func (a *Agent) reloadDirs(p *Plan, kolla bool) []string {
-	c := p.Config
+func (s *session) reloadDirs(kolla bool) []string {
+	c := s.Config
 	if len(c.Reload.Watch) > 0 {
 		return slices.Clone(c.Reload.Watch)
 	}
@@ -268,7 +292,7 @@ func (a *Agent) reloadDirs(p *Plan, kolla bool) []string {
 	for _, it := range c.Render {
 		dir := path.Dir(it.Src)
 		for d := dir; d != path.Dir(d); d = path.Dir(d) {
-			if _, err := os.Lstat(filepath.Join(a.path(d), "..data")); err == nil {
+			if _, err := os.Lstat(filepath.Join(s.path(d), "..data")); err == nil {
 				dir = d
 				break
 			}
@@ -283,11 +307,11 @@ func (a *Agent) reloadDirs(p *Plan, kolla bool) []string {
 // run watches and reloads until ctx ends: one pipeline pass per burst, and
 // one at the start for a change made between the start's render and the
 // watch.
-func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means checkMeans) error {
-	a := rr.a
+func (rr *reloadRun) run(ctx context.Context) error {
+	s, health := rr.s, rr.health
 	c := rr.rcfg
 	c.Act = rr.act
-	if lease := rr.p.Config.ReloadLease(); lease != "" {
+	if lease := s.Config.ReloadLease(); lease != "" {
 		c.Hold = func(ctx context.Context, changed []string) (func(), error) {
 			if a := rr.action(changed); a != "signal" && a != "restart" {
 				return func() {}, nil // the service is not touched: no turn needed
@@ -297,13 +321,12 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 	}
 	c.Verify = health.Verify
 	c.Settled = rr.settled
-	rr.health = health
 	c.Exec = func(ctx context.Context, argv []string) (string, error) {
-		detail, err := probes.NewExec(argv, means.spawner, means.env).Check(ctx)
+		detail, err := probes.NewExec(argv, rr.svc.spawner, rr.svc.env).Check(ctx)
 		if ee := (*probes.ExecError)(nil); errors.As(err, &ee) && ee.Output != "" {
 			// Its output says why, but may hold what the config holds: the
 			// log only, not the Event or the probes' reason.
-			a.log.Warn("reload: validator failed", "command", argv[0], "verdict", ee.Verdict, "output", ee.Output)
+			s.log.Warn("reload: validator failed", "command", argv[0], "verdict", ee.Verdict, "output", ee.Output)
 		}
 		return detail, err
 	}
@@ -320,7 +343,7 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 	}
 	if rr.files != nil {
 		if err := rr.r.Started(rr.files); err != nil {
-			a.log.Warn("reload: the running config is not recorded; a failed reload cannot be rolled back to it", "error", err.Error())
+			s.log.Warn("reload: the running config is not recorded; a failed reload cannot be rolled back to it", "error", err.Error())
 		}
 		rr.files = nil // a duty run again (sideDuty) keeps what it recorded
 	}
@@ -329,20 +352,20 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 		return err
 	}
 	if len(vols) == 0 {
-		a.log.Warn("reload: nothing to watch (no reload.watch, no kolla config dir, no render sources): the config is never reloaded")
+		s.log.Warn("reload: nothing to watch (no reload.watch, no kolla config dir, no render sources): the config is never reloaded")
 		<-ctx.Done()
 		return nil
 	}
 	for _, v := range vols {
 		switch v.Kind {
 		case "volume":
-			a.log.Info("reload: watching", "dir", v.Dir)
+			s.log.Info("reload: watching", "dir", v.Dir)
 		case "directory":
-			a.log.Info("reload: watching a directory that is not a ConfigMap volume (no ..data): any change of its files counts", "dir", v.Dir)
+			s.log.Info("reload: watching a directory that is not a ConfigMap volume (no ..data): any change of its files counts", "dir", v.Dir)
 		case "file":
-			a.log.Warn("reload: a single file, as a subPath mount gives: the kubelet never updates those (kubernetes#50345); mount the whole volume", "path", v.Dir)
+			s.log.Warn("reload: a single file, as a subPath mount gives: the kubelet never updates those (kubernetes#50345); mount the whole volume", "path", v.Dir)
 		case "missing":
-			a.log.Warn("reload: does not exist (yet); looked for again at each rescan", "dir", v.Dir)
+			s.log.Warn("reload: does not exist (yet); looked for again at each rescan", "dir", v.Dir)
 		}
 	}
 	if err := rr.r.Recover(ctx); err != nil {
@@ -355,13 +378,13 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 	go func() { werr <- w.Run(wctx, bursts) }()
 	var fromAPI <-chan string
 	if rr.cfg.Source == "api" {
-		if rr.api, err = a.newAPISource(ctx, rr.p, rr.dirs, rr.rcfg.StateDir); err != nil {
+		if rr.api, err = s.newAPISource(ctx, rr.dirs, rr.rcfg.StateDir); err != nil {
 			return err
 		}
 		defer func() { rr.api = nil }()
 		go rr.api.Run(wctx)
 		fromAPI = rr.api.Changed()
-		a.log.Info("reload: watching the ConfigMaps through the API; the volumes are the fallback")
+		s.log.Info("reload: watching the ConfigMaps through the API; the volumes are the fallback")
 	}
 	rr.pass(ctx, "start")
 	for {
@@ -384,7 +407,7 @@ func (rr *reloadRun) run(ctx context.Context, health *probes.Health, means check
 // liveFiles is the config as the service has it: the files the render
 // writes, read from disk (a file not there is left out).
 func (rr *reloadRun) liveFiles(ctx context.Context) ([]render.File, error) {
-	r, err := rr.a.renderConfig(ctx, rr.p)
+	r, err := rr.s.renderConfig(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -429,9 +452,9 @@ func (rr *reloadRun) pass(ctx context.Context, why string) {
 		rr.health.SetDegraded("config-drift", "")
 	}
 	if outcome == reload.OutcomeUnchanged {
-		rr.a.log.Debug("reload pass", attrs...)
+		rr.s.log.Debug("reload pass", attrs...)
 	} else {
-		rr.a.log.Info("reload pass", attrs...)
+		rr.s.log.Info("reload pass", attrs...)
 	}
 }
 
@@ -442,26 +465,27 @@ func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) err
 	case "none":
 		return nil
 	case "signal":
-		if rr.signal == nil {
+		if rr.svc.signal == nil {
 			return errors.New("no service to signal")
 		}
-		return rr.signal.Signal(ctx, rr.cfg.SignalNumber())
+		return rr.svc.signal.Signal(ctx, rr.cfg.SignalNumber())
 	case "restart":
-		if rr.restarter == nil {
+		if rr.svc.restart == nil {
 			return errors.New("no service to restart")
 		}
-		rr.a.log.Info("reload: restarting the service inside the container")
-		return rr.restarter.Restart(ctx)
+		rr.s.log.Info("reload: restarting the service inside the container")
+		return rr.svc.restart(ctx)
 	case "rollout":
 		// The pod's controller replaces every pod, this one included:
 		// each replica patches the same value, so there is one rollout.
-		kube, err := rr.a.kubeClient()
+		s := rr.s
+		kube, err := s.kubeClient()
 		switch {
 		case err != nil:
 			return err
 		case kube == nil:
 			return errors.New("rollout needs the Kubernetes API (no service-account token, no --kubeconfig)")
-		case rr.p.PodName == "":
+		case s.PodName == "":
 			return errors.New("rollout needs the pod's name (POD_NAME)")
 		}
 		// The value is the sources' hash, not the rendered one: a render
@@ -471,14 +495,14 @@ func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) err
 		if err != nil {
 			return fmt.Errorf("rollout: %w", err)
 		}
-		owner, changed, err := bootstrap.Rollout(ctx, kube, rr.p.Namespace, rr.p.PodName, ConfigHashAnnotation, src)
+		owner, changed, err := bootstrap.Rollout(ctx, kube, s.Namespace, s.PodName, ConfigHashAnnotation, src)
 		if err != nil {
 			return fmt.Errorf("rollout: %w", err)
 		}
 		if changed {
-			rr.a.log.Info("reload: rolling the pods out with the new config", "owner", owner.Kind+"/"+owner.Name, "sources", src)
+			s.log.Info("reload: rolling the pods out with the new config", "owner", owner.Kind+"/"+owner.Name, "sources", src)
 		} else {
-			rr.a.log.Info("reload: the rollout to this config is under way already", "owner", owner.Kind+"/"+owner.Name, "sources", src)
+			s.log.Info("reload: the rollout to this config is under way already", "owner", owner.Kind+"/"+owner.Name, "sources", src)
 		}
 		return nil
 	}
@@ -503,14 +527,14 @@ func (rr *reloadRun) report(outcome, hash, msg string) {
 	if outcome == reload.OutcomeApplied {
 		typ = "Normal"
 	}
-	a, p := rr.a, rr.p
-	kube, err := a.kubeClient()
-	if err != nil || kube == nil || p.PodName == "" {
+	s := rr.s
+	kube, err := s.kubeClient()
+	if err != nil || kube == nil || s.PodName == "" {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := postEvent(ctx, kube, p.Namespace, p.PodName, typ, reason, msg); err != nil {
-		a.log.Debug("could not post an Event", "reason", reason, "error", err.Error())
+	if err := postEvent(ctx, kube, s.Namespace, s.PodName, typ, reason, msg); err != nil {
+		s.log.Debug("could not post an Event", "reason", reason, "error", err.Error())
 	}
 }

@@ -20,17 +20,17 @@ var (
 
 // newAPISource is reload.source: api over the agent's API client, for its
 // own pod and namespace.
-func (a *Agent) newAPISource(ctx context.Context, p *Plan, dirs []string, stateDir string) (*reload.APISource, error) {
-	kube, err := a.kubeClient()
+func (s *session) newAPISource(ctx context.Context, dirs []string, stateDir string) (*reload.APISource, error) {
+	kube, err := s.kubeClient()
 	switch {
 	case err != nil:
 		return nil, err
 	case kube == nil:
 		return nil, errors.New("reload.source api needs the Kubernetes API (no service-account token, no --kubeconfig)")
-	case p.PodName == "":
+	case s.PodName == "":
 		return nil, errors.New("reload.source api needs the pod's name (POD_NAME), to find its ConfigMap volumes")
 	}
-	return reload.NewAPISource(ctx, configMapAPI{kube: kube, ns: p.Namespace, pod: p.PodName}, dirs, a.path, stateDir, a.log)
+	return reload.NewAPISource(ctx, configMapAPI{kube: kube, ns: s.Namespace, pod: s.PodName}, dirs, s.path, stateDir, s.log)
 }
 
 // configMapAPI is reload.ConfigMapAPI on the agent's client.

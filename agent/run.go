@@ -29,15 +29,15 @@ const (
 // kolla loads kolla's config.json (or config.yaml) when kolla mode applies:
 // no --config, and the file is in the kolla config dir (read through the
 // overlay, if any). Nil when not.
-func (a *Agent) kolla(p *Plan, overlay ...render.Overlay) (*render.KollaConfig, error) {
-	if p.ExplicitConfig {
+func (s *session) kolla(overlay ...render.Overlay) (*render.KollaConfig, error) {
+	if s.ExplicitConfig {
 		return nil, nil
 	}
 	var o render.Overlay
 	if len(overlay) > 0 {
 		o = overlay[0]
 	}
-	path, err := render.FindKollaIn(o.Host(a.opts.Root, render.KollaConfigDir))
+	path, err := render.FindKollaIn(o.Host(s.opts.Root, render.KollaConfigDir))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
@@ -51,17 +51,17 @@ func (a *Agent) kolla(p *Plan, overlay ...render.Overlay) (*render.KollaConfig, 
 	return c, nil
 }
 
-// Render renders kolla's config.json (kolla mode) and then the templates of
+// render renders kolla's config.json (kolla mode) and then the templates of
 // agent.yaml. In check and dry-run modes nothing is written and the
 // differences are returned. The kolla config, if any, is returned for its
 // command.
-func (a *Agent) Render(ctx context.Context, p *Plan, mode RenderMode) (*render.KollaConfig, []render.Difference, error) {
+func (s *session) render(ctx context.Context, mode RenderMode) (*render.KollaConfig, []render.Difference, error) {
 	var r *renderedConfig
 	var err error
 	if mode == RenderApply {
-		r, err = a.renderAndCommit(ctx, p)
+		r, err = s.renderAndCommit(ctx)
 	} else {
-		r, err = a.renderConfig(ctx, p)
+		r, err = s.renderConfig(ctx)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -124,8 +124,8 @@ func (r *renderedConfig) Commit() error {
 // in a directory only the kolla config creates (/etc/keystone in a fresh
 // container). A reload renders everything first (renderConfig): by then
 // the directories exist.
-func (a *Agent) renderAndCommit(ctx context.Context, p *Plan) (*renderedConfig, error) {
-	r, err := a.renderConfigWith(ctx, p, nil, true)
+func (s *session) renderAndCommit(ctx context.Context) (*renderedConfig, error) {
+	r, err := s.renderConfigWith(ctx, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -135,26 +135,26 @@ func (a *Agent) renderAndCommit(ctx context.Context, p *Plan) (*renderedConfig, 
 // renderConfig renders kolla's config.json (kolla mode) and the templates
 // of agent.yaml into memory. An overlay reads the sources of some volumes
 // from the agent's copies of their ConfigMaps.
-func (a *Agent) renderConfig(ctx context.Context, p *Plan, overlay ...render.Overlay) (*renderedConfig, error) {
+func (s *session) renderConfig(ctx context.Context, overlay ...render.Overlay) (*renderedConfig, error) {
 	var ov render.Overlay
 	if len(overlay) > 0 {
 		ov = overlay[0]
 	}
-	return a.renderConfigWith(ctx, p, ov, false)
+	return s.renderConfigWith(ctx, ov, false)
 }
 
-func (a *Agent) renderConfigWith(ctx context.Context, p *Plan, ov render.Overlay, applyKolla bool) (*renderedConfig, error) {
-	kc, err := a.kolla(p, ov)
+func (s *session) renderConfigWith(ctx context.Context, ov render.Overlay, applyKolla bool) (*renderedConfig, error) {
+	kc, err := s.kolla(ov)
 	if err != nil {
 		return nil, err
 	}
 	r := &renderedConfig{kc: kc}
 	if kc != nil {
-		strategy := a.env("KOLLA_CONFIG_STRATEGY")
+		strategy := s.env("KOLLA_CONFIG_STRATEGY")
 		if strategy == "" {
 			strategy = "COPY_ALWAYS" // what kolla-kubernetes sets; kolla itself refuses an unset one
 		}
-		if r.plan, err = render.PlanKolla(kc, render.KollaOptions{Root: a.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Overlay: ov, Logger: a.log}); err != nil {
+		if r.plan, err = render.PlanKolla(kc, render.KollaOptions{Root: s.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Overlay: ov, Logger: s.log}); err != nil {
 			return nil, configErr("%v", err)
 		}
 		if applyKolla {
@@ -164,7 +164,7 @@ func (a *Agent) renderConfigWith(ctx context.Context, p *Plan, ov render.Overlay
 			r.applied = true
 		}
 	}
-	items := p.Config.Render
+	items := s.Config.Render
 	if len(items) == 0 {
 		return r, nil
 	}
@@ -172,10 +172,10 @@ func (a *Agent) renderConfigWith(ctx context.Context, p *Plan, ov render.Overlay
 	for i, it := range items {
 		ts[i] = render.TemplateItem{Src: it.Src, Dest: it.Dest, Owner: it.Owner, Perm: it.Perm}
 	}
-	o := a.templateOptions(p)
+	o := s.templateOptions()
 	o.Overlay = ov
 	if r.tmpl, err = render.RenderTemplates(ctx, ts, o); err != nil {
-		return nil, templateErr(p, err)
+		return nil, s.templateErr(err)
 	}
 	return r, nil
 }
@@ -183,23 +183,23 @@ func (a *Agent) renderConfigWith(ctx context.Context, p *Plan, ov render.Overlay
 // templateOptions gives templates the pod's environment, the cluster's DNS
 // (when it can be reached: a template that asks DNS without it fails, one
 // that does not, renders) and the config's limits.
-func (a *Agent) templateOptions(p *Plan) render.TemplateOptions {
-	c := p.Config
+func (s *session) templateOptions() render.TemplateOptions {
+	c := s.Config
 	o := render.TemplateOptions{
-		LookupEnv:       a.opts.LookupEnv,
+		LookupEnv:       s.opts.LookupEnv,
 		AllowedFileDirs: c.RenderOptions.AllowFiles,
 		Timeout:         c.RenderTimeout(),
-		Root:            a.opts.Root,
-		Logger:          a.log,
+		Root:            s.opts.Root,
+		Logger:          s.log,
 	}
-	if r, err := a.resolver(p.Namespace); err == nil {
+	if r, err := s.resolver(s.Namespace); err == nil {
 		o.Resolver, o.ClusterDomain = r, r.ClusterDomain()
 	} else {
-		a.log.Debug("templates get no DNS", "error", err.Error())
+		s.log.Debug("templates get no DNS", "error", err.Error())
 	}
 	// publicURL and internalURL ask the API, when there is one.
-	if kube, err := a.kubeClient(); err == nil && kube != nil {
-		if w, err := a.exposureWaiter(p, kube); err == nil {
+	if kube, err := s.kubeClient(); err == nil && kube != nil {
+		if w, err := s.exposureWaiter(kube); err == nil {
 			o.Exposer = w
 		}
 	}
@@ -208,46 +208,46 @@ func (a *Agent) templateOptions(p *Plan) render.TemplateOptions {
 
 // templateErr: a discovered value that never came is a wait failure (exit 2);
 // anything else about a template is bad input (exit 1). Both name the config.
-func templateErr(p *Plan, err error) error {
-	err = fmt.Errorf("%s: %w", p.Source, err)
+func (s *session) templateErr(err error) error {
+	err = fmt.Errorf("%s: %w", s.Source, err)
 	if errors.Is(err, discovery.ErrTimeout) {
 		return err
 	}
 	return &ConfigError{Err: err}
 }
 
-// RunService is `kolla-agent run [-- CMD...]`: wait, render, then run the
+// runService is `kolla-agent run [-- CMD...]`: wait, render, then run the
 // service (or kolla's bootstrap/upgrade command) and return its exit code.
-func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, error) {
-	cfg := p.Config
+func (s *session) runService(ctx context.Context, args []string) (int, error) {
+	cfg := s.Config
 	// With probes, the probe server answers from the start: liveness
 	// passes while the agent waits, readiness says for what.
-	var pr *probeRun
-	if cfg.SteadyState() && a.supervise(cfg.Run.Supervise, true) {
-		if err := a.checkDirs(cfg); err != nil {
+	if cfg.SteadyState() && s.supervise(cfg.Run.Supervise, true) {
+		if err := s.checkDirs(cfg); err != nil {
 			return 0, err
 		}
-		pr = a.startProbes(p)
-		defer pr.stop()
+		s.probes = s.startProbes(cfg)
+		defer s.probes.stop()
 	}
-	a.gate("starting", "waiting for dependencies")
-	if err := a.Wait(ctx, p); err != nil {
+	s.gate("starting", "waiting for dependencies")
+	if err := s.wait(ctx); err != nil {
 		return 0, err
 	}
-	a.gate("starting", "rendering the config")
-	rc, err := a.renderAndCommit(ctx, p)
+	s.gate("starting", "rendering the config")
+	rc, err := s.renderAndCommit(ctx)
 	if err != nil {
-		a.reportFailure(p, nil, "RenderFailed", err)
+		s.reportFailure(nil, "RenderFailed", err)
 		return 0, err
 	}
+	s.rendered = rc
 	run := cfg.Run
-	cred, err := supervise.LookupCredential(a.opts.Root, run.User, run.Group)
+	cred, err := supervise.LookupCredential(s.opts.Root, run.User, run.Group)
 	if err != nil {
 		return 0, configErr("run.user/run.group: %v", err)
 	}
-	env := a.childEnv(cred)
-	a.closeToken()
-	command, oneShot, err := a.command(p, rc.kc, args)
+	env := s.childEnv(cred)
+	s.closeToken()
+	command, oneShot, err := s.command(rc.kc, args)
 	if err != nil {
 		return 0, err
 	}
@@ -256,22 +256,15 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 	case rc.kc != nil && oneShot:
 		// run.bootstrap or run.upgrade, which agent.yaml asks for, takes
 		// the place of what the image's hook does on KOLLA_BOOTSTRAP.
-		a.log.Info("kolla: the image's start hook is not run: agent.yaml's one-shot command is")
+		s.log.Info("kolla: the image's start hook is not run: agent.yaml's one-shot command is")
 	case rc.kc != nil:
-		a.gate("starting", "running kolla's start hooks")
-		_, skip := a.opts.LookupEnv("KOLLA_SKIP_EXTEND_START")
-		hook, err = kolla.Start(ctx, kolla.StartConfig{Root: a.opts.Root, Command: rc.kc.Command, Env: env, Credential: cred, SkipExtendStart: skip, Logger: a.log})
-		if ie := (*kolla.ImageError)(nil); errors.As(err, &ie) {
-			err = &ConfigError{Err: err}
-		}
-		if err != nil {
-			a.reportFailure(p, nil, "KollaStartFailed", err)
+		if hook, err = s.kollaStart(ctx, rc.kc, env, cred); err != nil {
 			return 0, err
 		}
 		if hook.Exited {
 			// start.sh sources the hook: its exit is the container's
 			// (KOLLA_BOOTSTRAP, KOLLA_UPGRADE, KOLLA_FINISH_UPGRADE).
-			a.log.Info("kolla: the image's start hook exited; so does the container", "code", hook.Code)
+			s.log.Info("kolla: the image's start hook exited; so does the container", "code", hook.Code)
 			return hook.Code, nil
 		}
 		if hook.Ran {
@@ -281,58 +274,31 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 	if len(hook.Args) > 0 {
 		if len(args) == 0 && run.Command == "" && !oneShot {
 			command = append(command, hook.Args...) // start.sh: exec ${CMD} ${ARGS}
-			a.log.Info("kolla: the start hook's ARGS appended to the command", "args", hook.Args)
+			s.log.Info("kolla: the start hook's ARGS appended to the command", "args", hook.Args)
 		} else {
-			a.log.Warn("kolla: the start hook set ARGS for config.json's command, which is not the one run; ignored", "args", hook.Args)
+			s.log.Warn("kolla: the start hook set ARGS for config.json's command, which is not the one run; ignored", "args", hook.Args)
 		}
 	}
 	if oneShot {
 		// kolla's KOLLA_BOOTSTRAP/KOLLA_UPGRADE: the bootstrap command in
 		// place of the service, run as `kolla-agent bootstrap` runs it.
-		return a.runCommand(ctx, p, command)
+		return s.runCommand(ctx, command)
 	}
-	a.gate("starting", "")
-	if err := a.Bootstrap(ctx, p); err != nil {
+	s.gate("starting", "")
+	if err := s.bootstrap(ctx); err != nil {
 		return 0, err
 	}
 	if len(command) == 0 {
 		return 0, configErr("run: no command: give one after --, in run.command of agent.yaml, or in kolla's config.json")
 	}
-	if !a.supervise(run.Supervise, cfg.SteadyState()) {
+	if !s.supervise(run.Supervise, cfg.SteadyState()) {
 		return 0, execAs(command, env, cred)
 	}
-	newSup := func() (*supervise.Supervisor, error) {
-		return supervise.New(supervise.Config{
-			Command:    command,
-			Env:        env,
-			Credential: cred,
-			Grace:      cfg.Grace(),
-			Logger:     a.log,
-			Signals:    forwarded(),
-		})
-	}
-	rr, err := a.newReload(p, rc.Files(), rc.kc != nil)
+	h, err := s.supervised(supervise.Config{Command: command, Env: env, Credential: cred, Grace: cfg.Grace(), Logger: s.log, Signals: forwarded()})
 	if err != nil {
 		return 0, err
 	}
-	var code int
-	if rr == nil {
-		s, serr := newSup()
-		if serr != nil {
-			return 0, configErr("run: %v", serr)
-		}
-		a.metrics.restarts(func() int { return 0 }) // without reload the agent exits with the service
-		code, err = a.steadyState(ctx, p, pr, s, s, s, env, command, nil)
-	} else {
-		// A reload may restart the service inside the container.
-		s, serr := supervise.NewRestartable(newSup)
-		if serr != nil {
-			return 0, configErr("run: %v", serr)
-		}
-		rr.signal, rr.restarter = s, s
-		a.metrics.restarts(s.Restarts)
-		code, err = a.steadyState(ctx, p, pr, s, s, s, env, command, rr)
-	}
+	code, err := s.steadyState(ctx, h)
 	var cerr *ConfigError
 	switch {
 	case errors.As(err, &cerr):
@@ -340,11 +306,50 @@ func (a *Agent) RunService(ctx context.Context, p *Plan, args []string) (int, er
 	case err != nil:
 		// The service could not start (127 not found, 126 not executable):
 		// exit with the code a shell would give, and say why.
-		a.log.Error("service failed to start", "command", command[0], "error", err.Error(), "code", code)
-		a.reportFailure(p, nil, "ServiceStartFailed", err)
+		s.log.Error("service failed to start", "command", command[0], "error", err.Error(), "code", code)
+		s.reportFailure(nil, "ServiceStartFailed", err)
 	}
-	a.metrics.exitCode.Set(float64(code))
+	s.metrics.exitCode.Set(float64(code))
 	return code, nil
+}
+
+// supervised is the service's handle under run: a supervisor, which a
+// reload may restart inside the container. Without reload the agent exits
+// with the service.
+func (s *session) supervised(sc supervise.Config) (*serviceHandle, error) {
+	newSup := func() (*supervise.Supervisor, error) { return supervise.New(sc) }
+	h := &serviceHandle{env: sc.Env, argv: sc.Command}
+	if s.Config.Reload == nil {
+		sup, err := newSup()
+		if err != nil {
+			return nil, configErr("run: %v", err)
+		}
+		s.metrics.restarts(func() int { return 0 })
+		h.svc, h.pids, h.spawner = sup, sup, sup
+		return h, nil
+	}
+	sup, err := supervise.NewRestartable(newSup)
+	if err != nil {
+		return nil, configErr("run: %v", err)
+	}
+	s.metrics.restarts(sup.Restarts)
+	h.svc, h.pids, h.spawner, h.signal, h.restart = sup, sup, sup, sup, sup.Restart
+	return h, nil
+}
+
+// kollaStart runs kolla's start.sh steps (agent/kolla) as the service's
+// user, in its environment; what the image lacks for them is bad input.
+func (s *session) kollaStart(ctx context.Context, kc *render.KollaConfig, env []string, cred *supervise.Identity) (kolla.Hook, error) {
+	s.gate("starting", "running kolla's start hooks")
+	_, skip := s.opts.LookupEnv("KOLLA_SKIP_EXTEND_START")
+	hook, err := kolla.Start(ctx, kolla.StartConfig{Root: s.opts.Root, Command: kc.Command, Env: env, Credential: cred, SkipExtendStart: skip, Logger: s.log})
+	if ie := (*kolla.ImageError)(nil); errors.As(err, &ie) {
+		err = &ConfigError{Err: err}
+	}
+	if err != nil {
+		s.reportFailure(nil, "KollaStartFailed", err)
+	}
+	return hook, err
 }
 
 // forwarded are the signals the supervisor passes to the service as they
@@ -365,8 +370,8 @@ func forwarded() []os.Signal {
 // counts, as in kolla's extend_start.sh) and one is configured (oneShot);
 // else the command after --, else run.command, else kolla's config.json
 // command.
-func (a *Agent) command(p *Plan, kc *render.KollaConfig, args []string) (command []string, oneShot bool, err error) {
-	run := p.Config.Run
+func (s *session) command(kc *render.KollaConfig, args []string) (command []string, oneShot bool, err error) {
+	run := s.Config.Run
 	pick := func(field, s string) ([]string, error) {
 		words, err := shlex.Split(s)
 		if err != nil {
@@ -374,13 +379,13 @@ func (a *Agent) command(p *Plan, kc *render.KollaConfig, args []string) (command
 		}
 		return words, nil
 	}
-	if _, ok := a.opts.LookupEnv("KOLLA_UPGRADE"); ok && run.Upgrade != "" {
-		a.log.Info("KOLLA_UPGRADE is set: running the upgrade command instead of the service", "command", run.Upgrade)
+	if _, ok := s.opts.LookupEnv("KOLLA_UPGRADE"); ok && run.Upgrade != "" {
+		s.log.Info("KOLLA_UPGRADE is set: running the upgrade command instead of the service", "command", run.Upgrade)
 		command, err = pick("run.upgrade", run.Upgrade)
 		return command, true, err
 	}
-	if _, ok := a.opts.LookupEnv("KOLLA_BOOTSTRAP"); ok && run.Bootstrap != "" {
-		a.log.Info("KOLLA_BOOTSTRAP is set: running the bootstrap command instead of the service", "command", run.Bootstrap)
+	if _, ok := s.opts.LookupEnv("KOLLA_BOOTSTRAP"); ok && run.Bootstrap != "" {
+		s.log.Info("KOLLA_BOOTSTRAP is set: running the bootstrap command instead of the service", "command", run.Bootstrap)
 		command, err = pick("run.bootstrap", run.Bootstrap)
 		return command, true, err
 	}

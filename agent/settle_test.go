@@ -38,7 +38,7 @@ func TestSettledWaitsForTheWorkers(t *testing.T) {
 	if len(workers) != 2 {
 		t.Fatalf("workers of the shell: %v", workers)
 	}
-	rr := &reloadRun{a: New(Options{}), cfg: &config.Reload{Settle: "1m"}, signal: pidSignaller(pid)}
+	rr := &reloadRun{s: New(Options{}).bind(&Plan{}), cfg: &config.Reload{Settle: "1m"}, svc: &serviceHandle{signal: pidSignaller(pid)}}
 	if w := rr.settled([]string{"/etc/x.conf"}); w == nil {
 		t.Fatal("no wait for a signal")
 	}
@@ -73,7 +73,7 @@ func TestSettledWaitsForTheWorkers(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	rr.cfg.Settle = "400ms"
-	rr.signal = pidSignaller(svc2.Process.Pid)
+	rr.svc.signal = pidSignaller(svc2.Process.Pid)
 	start := time.Now()
 	from = rr.settled([]string{"/etc/x.conf"})(ctx)
 	if d := from.Sub(start); d < 400*time.Millisecond {

@@ -12,51 +12,34 @@ import (
 	"github.com/kolla-agent/kolla-agent/probes"
 )
 
-// RunSidecar is `kolla-agent sidecar`: the steady-state duties for a
+// runSidecar is `kolla-agent sidecar`: the steady-state duties for a
 // service that another container of the pod runs. The service's process is
 // found in the pod's shared PID namespace (shareProcessNamespace: true) by
 // sidecar.process, and found again when it restarts. It runs until SIGTERM
 // and exits 0.
-func (a *Agent) RunSidecar(ctx context.Context, p *Plan) error {
-	cfg := p.Config
-	if err := a.checkDirs(cfg); err != nil {
+func (s *session) runSidecar(ctx context.Context) error {
+	cfg := s.Config
+	if err := s.checkDirs(cfg); err != nil {
 		return err
 	}
+	h := &serviceHandle{spawner: probes.OSSpawner{}, env: os.Environ()}
 	// pids stays a nil interface without sidecar.process: a nil *Finder in
 	// it would pass every "is there a process" test and crash the checks.
-	var pids probes.PIDSource
-	var finder *probes.Finder
 	if m := cfg.Sidecar.Process; m.PIDFile != "" || m.Name != "" || m.Cmdline != "" {
-		f, err := probes.NewFinder(probes.FinderConfig{PIDFile: m.PIDFile, Name: m.Name, Cmdline: m.Cmdline, Root: a.opts.Root})
+		f, err := probes.NewFinder(probes.FinderConfig{PIDFile: m.PIDFile, Name: m.Name, Cmdline: m.Cmdline, Root: s.opts.Root})
 		if err != nil {
-			return configErr("%s: sidecar.process: %v", p.Source, err)
+			return configErr("%s: sidecar.process: %v", s.Source, err)
 		}
-		a.log.Info("sidecar: looking for the service's process", "match", f.Describe())
-		a.metrics.restarts(f.Restarts)
-		pids, finder = f, f
+		s.log.Info("sidecar: looking for the service's process", "match", f.Describe())
+		s.metrics.restarts(f.Restarts)
+		// The reload: the config another container's service reads (a
+		// shared volume), signalled or restarted through its found process.
+		fs := foundService{pids: f, log: s.log}
+		h.pids, h.signal, h.restart = f, fs, fs.Restart
+	} else if cfg.Reload != nil {
+		return configErr("%s: reload in sidecar mode needs sidecar.process, to find the service to signal", s.Source)
 	}
-	// The reload: the config another container's service reads (a shared
-	// volume), signalled or restarted through its found process.
-	var kolla bool
-	if cfg.Reload != nil {
-		kc, err := a.kolla(p)
-		if err != nil {
-			return err
-		}
-		kolla = kc != nil
-	}
-	rr, err := a.newReload(p, nil, kolla)
-	if err != nil {
-		return err
-	}
-	if rr != nil {
-		if finder == nil {
-			return configErr("%s: reload in sidecar mode needs sidecar.process, to find the service to signal", p.Source)
-		}
-		f := foundService{pids: finder, log: a.log}
-		rr.signal, rr.restarter = f, f
-	}
-	_, err = a.steadyState(ctx, p, nil, nil, pids, probes.OSSpawner{}, os.Environ(), nil, rr)
+	_, err := s.steadyState(ctx, h)
 	return err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -27,166 +28,180 @@ type service interface {
 	Running() <-chan struct{}
 }
 
+// serviceHandle is the service as the duties see it, built once by run or
+// sidecar.
+type serviceHandle struct {
+	svc     service          // the supervised service; nil in sidecar mode
+	pids    probes.PIDSource // its main process; nil when there is none
+	spawner probes.Spawner   // starts exec checks and validators
+	env     []string         // their environment
+	argv    []string         // its command line; nil in sidecar mode
+	// signal and restart are what a reload does to it: the supervisor
+	// under run, the found process in sidecar mode; nil without reload.
+	signal  signaller
+	restart func(context.Context) error
+}
+
+// started waits until the service runs (at once in sidecar mode): false
+// when it ended first, or ctx did.
+func (h *serviceHandle) started(ctx context.Context) bool {
+	if h.svc == nil {
+		return true
+	}
+	select {
+	case <-h.svc.Running():
+		return true
+	case <-h.svc.Done():
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// duty is one of the agent's duties in the steady state. run works until
+// its context ends; a run that returns by itself ends the steady state
+// (the service's: it exited), unless the duty is a side one (side).
+type duty struct {
+	name string
+	run  func(ctx context.Context) error
+	// stop, when set, runs at the duty's turn in the shutdown, before its
+	// context ends: the service's stop sequence, readiness failed.
+	stop func()
+}
+
+// add puts d in g. Its context ends at its turn in the shutdown, not at
+// SIGTERM, and the next duty's turn comes once its run has returned.
+func add(g *run.Group, d *duty) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	g.Add(func() error {
+		defer close(done)
+		return d.run(ctx)
+	}, func(error) {
+		if d.stop != nil {
+			d.stop()
+		}
+		cancel()
+		<-done
+	})
+}
+
 // steadyState runs the duties beside the service as one run group until
 // the service exits or ctx ends (SIGTERM), and returns the service's exit
-// code. svc is nil in sidecar mode, pids the service's process (nil if
-// none), argv its command line (nil in sidecar mode). Shutdown runs in the order the duties are added:
+// code. Each duty's constructor returns nil when agent.yaml does not ask
+// for it. Shutdown runs in the order of the list:
 //
 //  1. readiness -> stopping (/readyz answers 503 at once; /livez stays 200)
-//  2. the reload, which could act on the service
+//  2. the reload, which could act on the service, the bootstrap's later
+//     phases and the Keystone catalog
 //  3. the service: SIGTERM, its grace period, then SIGKILL
 //  4. the log shipping, which drains what the service wrote last
-//  5. the checks, the bootstrap's later phases, the catalog
+//  5. the checks
 //  6. the probe server, last, so probes answer through the whole stop.
-func (a *Agent) steadyState(ctx context.Context, p *Plan, pr *probeRun, svc service, pids probes.PIDSource, spawner probes.Spawner, env, argv []string, rr *reloadRun) (int, error) {
-	sidecar := svc == nil
-	cfg := p.Config
-	means := checkMeans{pids: pids, spawner: spawner, env: env, argv: argv}
-	if deps := dependencyChecks(cfg); len(deps) > 0 {
-		dc, err := a.discoveryConfig(p, deps)
-		if err != nil {
-			return 0, err
-		}
-		if means.deps, err = discovery.New(dc); err != nil {
-			return 0, configErr("%s: probes: %v", p.Source, err)
-		}
-	}
-	specs, err := a.checkSpecs(cfg, means, sidecar)
-	if err != nil {
-		return 0, configErr("%s: %v", p.Source, err)
-	}
-	health, err := probes.New(probes.Config{Checks: specs, DrainFile: cfg.Probes.DrainFile, Logger: a.log, Registerer: a.registry})
-	if err != nil {
-		return 0, configErr("%s: %v", p.Source, err)
-	}
-	lr, err := a.newLogs(p)
+func (s *session) steadyState(ctx context.Context, h *serviceHandle) (int, error) {
+	health, err := s.newHealth(h)
 	if err != nil {
 		return 0, err
 	}
-	if pr == nil {
-		pr = a.startProbes(p)
+	logs, err := s.newLogsDuty()
+	if err != nil {
+		return 0, err
 	}
-	a.health.Store(health) // from now on the probe server answers with the service's checks
-
-	var g run.Group
-	// 1. The stop request: SIGTERM, or the end of the service (its actor
-	// returning interrupts this one). Either way readiness fails first.
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	g.Add(func() error {
-		select {
-		case <-ctx.Done():
-			a.log.Info("stopping: readiness fails from now on")
-			return errStopRequested
-		case <-stop:
-			return nil
-		}
-	}, func(error) {
-		health.SetGate("stopping", "the agent is stopping")
-		stopOnce.Do(func() { close(stop) })
-	})
-
-	// 2. The reload, which acts on the service: stopped before it is.
-	if rr != nil {
-		rctx, rcancel := context.WithCancel(ctx)
-		g.Add(func() error {
-			if svc != nil {
-				select {
-				case <-svc.Running():
-				case <-svc.Done():
-					<-rctx.Done()
-					return nil
-				case <-rctx.Done():
-					return nil
-				}
-			}
-			a.sideDuty(rctx, "reload", func(ctx context.Context) error { return rr.run(ctx, health, means) })
-			return nil
-		}, func(error) { rcancel() })
+	reload, err := s.newReloadDuty(h, health)
+	if err != nil {
+		return 0, err
 	}
+	if s.probes == nil {
+		s.probes = s.startProbes(s.Config)
+	}
+	s.health.Store(health) // from now on the probe server answers with the service's checks
 
-	// 3. The service. Its own context never ends: the stop sequence is
-	// Stop's, after readiness has been failed above.
-	code := 0
+	var code int
 	var svcErr error
-	if svc != nil {
-		g.Add(func() error {
-			code, svcErr = svc.Run(context.WithoutCancel(ctx))
-			return fmt.Errorf("service exited with %d", code)
-		}, func(error) {
-			svc.Stop()
-			<-svc.Done()
-		})
-	}
-
-	// 4. Log shipping, from the start (the lines of the wait and the
-	// bootstrap too) until after the service has stopped: its interrupt
-	// comes after the service's, and drains what the service wrote last
-	// before the probe server goes.
-	if lr != nil {
-		lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		g.Add(func() error {
-			defer close(done)
-			a.sideDuty(lctx, "logs", lr.run)
-			lr.close()
-			return nil
-		}, func(error) {
-			lcancel()
-			<-done
-		})
-	}
-
-	// 5. The checks, once the service has started (an exec check goes
-	// through the service's reaper).
-	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
-	g.Add(func() error {
-		if svc != nil {
-			select {
-			case <-svc.Running():
-			case <-svc.Done():
-			case <-hctx.Done():
-				return nil
-			}
+	var g run.Group
+	for _, d := range []*duty{
+		stopDuty(ctx, health, s.log),
+		reload,
+		s.newRolloutDuty(),
+		s.newEndpointsDuty(h),
+		serviceDuty(h, &code, &svcErr),
+		logs,
+		checksDuty(h, health),
+		s.probes.duty(),
+	} {
+		if d != nil {
+			add(&g, d)
 		}
-		health.Run(hctx)
-		return nil
-	}, func(error) { hcancel() })
-
-	// 6. The phases of the bootstrap that wait for the rollout (contract).
-	if a.boot != nil && len(a.boot.steps(true)) > 0 {
-		rctx, rcancel := context.WithCancel(ctx)
-		g.Add(func() error {
-			a.afterRollout(rctx, p)
-			<-rctx.Done() // done: the service runs on
-			return nil
-		}, func(error) { rcancel() })
 	}
-
-	// 7. The Keystone catalog follows the public address.
-	if cfg.Bootstrap.FollowsExposure() && svc != nil {
-		ectx, ecancel := context.WithCancel(ctx)
-		g.Add(func() error {
-			a.sideDuty(ectx, "endpoints", func(ctx context.Context) error { return a.followEndpoints(ctx, p) })
-			return nil
-		}, func(error) { ecancel() })
-	}
-
-	// 8. The probe server, already serving (startProbes), stopped last:
-	// run.Group calls the interrupts in this order, and the service's
-	// returns only once the service is gone. (With no listener configured
-	// pr has nothing to wait for: this actor still waits for the stop.)
-	pctx, pcancel := context.WithCancel(context.Background())
-	g.Add(func() error {
-		<-pctx.Done()
-		pr.stop()
-		return nil
-	}, func(error) { pcancel() })
-
 	start := time.Now()
 	err = g.Run()
-	a.log.Debug("steady state ended", "cause", fmt.Sprint(err), "after", time.Since(start).Round(time.Millisecond).String())
+	s.log.Debug("steady state ended", "cause", fmt.Sprint(err), "after", time.Since(start).Round(time.Millisecond).String())
 	return code, svcErr
+}
+
+// stopDuty is the stop request: SIGTERM (ctx), or the end of the service
+// (its duty returning stops this one). Either way readiness fails first.
+func stopDuty(sigterm context.Context, health *probes.Health, log *slog.Logger) *duty {
+	return &duty{name: "stop", run: func(ctx context.Context) error {
+		select {
+		case <-sigterm.Done():
+			log.Info("stopping: readiness fails from now on")
+			return errStopRequested
+		case <-ctx.Done():
+			return nil
+		}
+	}, stop: func() { health.SetGate("stopping", "the agent is stopping") }}
+}
+
+// serviceDuty runs the supervised service (none in sidecar mode); its
+// exit ends the steady state. Its stop is the supervisor's: readiness has
+// failed before it.
+func serviceDuty(h *serviceHandle, code *int, err *error) *duty {
+	if h.svc == nil {
+		return nil
+	}
+	return &duty{name: "service", run: func(ctx context.Context) error {
+		*code, *err = h.svc.Run(ctx)
+		return fmt.Errorf("service exited with %d", *code)
+	}, stop: func() {
+		h.svc.Stop()
+		<-h.svc.Done()
+	}}
+}
+
+// checksDuty runs the checks once the service has started (an exec check
+// goes through the service's reaper).
+func checksDuty(h *serviceHandle, health *probes.Health) *duty {
+	return &duty{name: "checks", run: func(ctx context.Context) error {
+		if !h.started(ctx) && ctx.Err() != nil {
+			return nil
+		}
+		health.Run(ctx)
+		return nil
+	}}
+}
+
+// newHealth builds the service's checks (probes.checks), with one
+// dependency waiter for the checks that follow dependencies.
+func (s *session) newHealth(h *serviceHandle) (*probes.Health, error) {
+	var deps *discovery.Waiter
+	if wait := dependencyChecks(s.Config); len(wait) > 0 {
+		dc, err := s.discoveryConfig(wait)
+		if err != nil {
+			return nil, err
+		}
+		if deps, err = discovery.New(dc); err != nil {
+			return nil, configErr("%s: probes: %v", s.Source, err)
+		}
+	}
+	specs, err := s.checkSpecs(h, deps)
+	if err != nil {
+		return nil, configErr("%s: %v", s.Source, err)
+	}
+	health, err := probes.New(probes.Config{Checks: specs, DrainFile: s.Config.Probes.DrainFile, Logger: s.log, Registerer: s.registry})
+	if err != nil {
+		return nil, configErr("%s: %v", s.Source, err)
+	}
+	return health, nil
 }
 
 // probeRun is the probe server's duties: the TCP listener and the Unix
@@ -203,13 +218,23 @@ func (pr *probeRun) stop() {
 	<-pr.done
 }
 
+// duty keeps the server, already serving, until the last turn of the
+// shutdown. (With no listener configured there is nothing to wait for:
+// the duty still waits for its turn.)
+func (pr *probeRun) duty() *duty {
+	return &duty{name: "probe-server", run: func(ctx context.Context) error {
+		<-ctx.Done()
+		pr.stop()
+		return nil
+	}}
+}
+
 // startProbes starts the probe server before anything else, so that the
 // kubelet's probes are answered from the agent's first moment: liveness
 // passes (the agent's own loop), readiness fails with what the pod waits
 // for (dependencies, the bootstrap). Until the steady state stores the
 // service's Health, it answers with one that has no checks.
-func (a *Agent) startProbes(p *Plan) *probeRun {
-	cfg := p.Config
+func (a *Agent) startProbes(cfg *config.Config) *probeRun {
 	if a.health.Load() == nil {
 		early, _ := probes.New(probes.Config{Logger: a.log}) // no checks: cannot fail
 		a.health.Store(early)
@@ -266,6 +291,18 @@ func (a *Agent) serveProbes(ctx context.Context, addr, sock string) error {
 		}
 	}()
 	return srv.Serve()
+}
+
+// side is a duty that must never take the service down (sideDuty); done,
+// if set, runs once it has stopped for good.
+func (a *Agent) side(name string, fn func(context.Context) error, done func()) *duty {
+	return &duty{name: name, run: func(ctx context.Context) error {
+		a.sideDuty(ctx, name, fn)
+		if done != nil {
+			done()
+		}
+		return nil
+	}}
 }
 
 // sideDuty runs a duty that must never take the service down: when it fails
