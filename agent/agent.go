@@ -101,7 +101,7 @@ type Agent struct {
 	health atomic.Pointer[probes.Health]
 	// eventPod is the pod (namespace, name) Events about lookups go on,
 	// once a plan names it.
-	eventPod atomic.Pointer[[2]string]
+	eventPod atomic.Pointer[podRef]
 }
 
 // session is one Plan carried out by the Agent: the agent's means with the
@@ -435,7 +435,7 @@ func (s *session) discoveryConfig(deps []discovery.Dependency) (discovery.Config
 	}
 	cfg.Kube = kube
 	if s.PodName != "" {
-		s.eventPod.Store(&[2]string{s.Namespace, s.PodName})
+		s.eventPod.Store(&podRef{s.Namespace, s.PodName})
 	}
 	if kube == nil && needAPI {
 		return cfg, configErr("dependency %s needs the Kubernetes API, but there is no service-account token and no --kubeconfig/KUBECONFIG", firstAPIDependency(deps))
@@ -496,7 +496,7 @@ func (a *Agent) refusedEvent(msg string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := postEvent(ctx, a.kube, pod[0], pod[1], "Warning", "APIVerbRefused", msg); err != nil {
+		if err := postEvent(ctx, a.kube, *pod, event{"Warning", "APIVerbRefused", msg}); err != nil {
 			a.log.Debug("could not post the refusal as an Event", "error", err.Error())
 		}
 	}()
@@ -507,12 +507,7 @@ func (a *Agent) refusedEvent(msg string) {
 func (s *session) reportFailure(kube *discovery.Kube, reason string, err error) {
 	msg := err.Error()
 	s.writeTerminationMessage(msg)
-	if kube == nil || s.PodName == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if eerr := postEvent(ctx, kube, s.Namespace, s.PodName, "Warning", reason, msg); eerr != nil {
+	if eerr := s.post(kube, event{"Warning", reason, msg}); eerr != nil {
 		s.log.Warn("could not post the failure as an Event on the pod", "pod", s.Namespace+"/"+s.PodName, "error", eerr.Error())
 	}
 }

@@ -124,12 +124,8 @@ func (s *session) afterRollout(ctx context.Context) {
 			// Not the termination message: the container runs on, and a
 			// later exit would be blamed on this.
 			s.log.Error("bootstrap phase after the rollout failed; the service runs on", "step", st.String(), "error", err.Error())
-			if s.PodName != "" {
-				ectx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				if eerr := postEvent(ectx, r.kube, s.Namespace, s.PodName, "Warning", "BootstrapFailed", truncate(err.Error(), 1024)); eerr != nil {
-					s.log.Debug("could not post an Event", "error", eerr.Error())
-				}
-				cancel()
+			if eerr := s.post(r.kube, event{"Warning", "BootstrapFailed", truncate(err.Error(), 1024)}); eerr != nil {
+				s.log.Debug("could not post an Event", "error", eerr.Error())
 			}
 			return
 		}
@@ -369,14 +365,12 @@ func (s *session) bootstrapProgress(kube *discovery.Kube) func(bootstrap.Progres
 			}
 			s.gate("bootstrap", reason)
 		}
-		if pr.Event != "" && s.PodName != "" {
+		if pr.Event != "" {
 			typ := "Normal"
 			if pr.State == bootstrap.Failed {
 				typ = "Warning"
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := postEvent(ctx, kube, s.Namespace, s.PodName, typ, pr.Event, pr.Step.String()+": "+pr.Detail); err != nil {
+			if err := s.post(kube, event{typ, pr.Event, pr.Step.String() + ": " + pr.Detail}); err != nil {
 				s.log.Debug("could not post an Event", "reason", pr.Event, "error", err.Error())
 			}
 		}

@@ -35,5 +35,5 @@ func (a *Agent) PrintRBAC(o rbac.Options, serviceAccount string, w io.Writer) er
 		}
 	}
 	own, others := rbac.Rules(cfg, p.Namespace, templates, o)
-	return rbac.Write(w, p.Source, serviceAccount, p.Namespace, own, others)
+	return rbac.Write(w, rbac.Subject{Source: p.Source, ServiceAccount: serviceAccount, Namespace: p.Namespace}, own, others)
 }

@@ -529,12 +529,10 @@ func (rr *reloadRun) report(outcome, hash, msg string) {
 	}
 	s := rr.s
 	kube, err := s.kubeClient()
-	if err != nil || kube == nil || s.PodName == "" {
+	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := postEvent(ctx, kube, s.Namespace, s.PodName, typ, reason, msg); err != nil {
+	if err := s.post(kube, event{typ, reason, msg}); err != nil {
 		s.log.Debug("could not post an Event", "reason", reason, "error", err.Error())
 	}
 }

@@ -309,29 +309,18 @@ func (a *Agent) side(name string, fn func(context.Context) error, done func()) *
 // it is logged, counted, shown in ?verbose, and started again with backoff
 // until ctx ends.
 func (a *Agent) sideDuty(ctx context.Context, name string, fn func(context.Context) error) {
-	fresh := retry.Restart()
-	b := fresh
-	for {
-		start := time.Now()
-		err := fn(ctx)
-		if time.Since(start) > fresh.Cap {
-			b = fresh // it worked for a while: this failure is a new one
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			err = errors.New("stopped by itself")
-		}
-		a.metrics.dutyFailures.WithLabelValues(name).Inc()
-		delay := b.Step()
-		a.log.Warn("agent duty failed; the service is not affected; retrying", "duty", name, "error", err.Error(), "retry_in", delay.Round(time.Millisecond).String())
-		a.health.Load().SetDegraded(name, err.Error())
-		if !retry.Sleep(ctx, nil, delay) {
-			return
-		}
-		a.health.Load().SetDegraded(name, "")
-	}
+	retry.Forever(ctx, retry.Loop{
+		Schedule: retry.Restart(),
+		Failed: func(err error, delay time.Duration) {
+			if err == nil {
+				err = errors.New("stopped by itself")
+			}
+			a.metrics.dutyFailures.WithLabelValues(name).Inc()
+			a.log.Warn("agent duty failed; the service is not affected; retrying", "duty", name, "error", err.Error(), "retry_in", delay.Round(time.Millisecond).String())
+			a.health.Load().SetDegraded(name, err.Error())
+		},
+		Retrying: func() { a.health.Load().SetDegraded(name, "") },
+	}, fn)
 }
 
 // probeAddress and probeSocket: the configured listeners, defaulted when

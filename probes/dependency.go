@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/kolla-agent/kolla-agent/discovery"
 	"github.com/kolla-agent/kolla-agent/retry"
@@ -86,9 +87,13 @@ func (c *DependencyCheck) follow() {
 	c.cancel, c.done = cancel, make(chan struct{})
 	go func() {
 		defer close(c.done)
-		b := retry.Restart()
-		for {
-			err := c.w.Follow(ctx, c.dep, func(o discovery.Observation) {
+		retry.Forever(ctx, retry.Loop{Schedule: retry.Restart(), Failed: func(err error, _ time.Duration) {
+			if err == nil {
+				err = errors.New("watch ended")
+			}
+			c.log.Debug("dependency watch ended; starting it again", "dependency", c.dep.String(), "error", err.Error())
+		}}, func(ctx context.Context) error {
+			return c.w.Follow(ctx, c.dep, func(o discovery.Observation) {
 				c.mu.Lock()
 				defer c.mu.Unlock()
 				if o.State == discovery.Unhealthy {
@@ -97,17 +102,7 @@ func (c *DependencyCheck) follow() {
 				}
 				c.last, c.trouble = &o, ""
 			})
-			if ctx.Err() != nil {
-				return
-			}
-			if err == nil {
-				err = errors.New("watch ended")
-			}
-			c.log.Debug("dependency watch ended; starting it again", "dependency", c.dep.String(), "error", err.Error())
-			if !retry.Sleep(ctx, nil, b.Step()) {
-				return
-			}
-		}
+		})
 	}()
 }
 

@@ -3,7 +3,9 @@
 // name in a template, a Lease, a bootstrap step, a check's watch, a duty
 // that failed. Each schedule doubles from its first wait to its cap, with
 // ±20 % jitter so a fleet of pods does not look in step, and never runs out
-// of steps: how long to keep trying is the caller's context.
+// of steps: how long to keep trying is the caller's context. Forever
+// restarts a loop that must not end (a side duty, a check's watch) with
+// full jitter.
 package retry
 
 import (

@@ -280,10 +280,18 @@ func verbOrder(a, b string) int {
 	return slices.Index(order, a) - slices.Index(order, b)
 }
 
-// Write writes the Role (and its RoleBinding to serviceAccount, of
-// namespace) that own and others grant, with a header naming source and
-// what the rules do not cover, as YAML.
-func Write(w io.Writer, source, serviceAccount, namespace string, own []Rule, others map[string][]Rule) error {
+// Subject is whom Write's Roles are for.
+type Subject struct {
+	Source         string // the config the rules come from, for the header
+	ServiceAccount string // the RoleBindings' subject
+	Namespace      string // the ServiceAccount's: the agent's own
+}
+
+// Write writes the Role (and its RoleBinding to the subject's
+// ServiceAccount) that own and others grant, with a header naming the
+// source and what the rules do not cover, as YAML.
+func Write(w io.Writer, sub Subject, own []Rule, others map[string][]Rule) error {
+	source, serviceAccount, namespace := sub.Source, sub.ServiceAccount, sub.Namespace
 	fmt.Fprintf(w, `# The least the agent needs for %s, from kolla-agent config rbac.
 # Not covered: the rule of a resource: dependency (its plural, see
 # examples/rbac/kolla-agent.yaml), the nodes a NodePort Service without
