@@ -313,7 +313,7 @@ func (a *Agent) restConfig() (*rest.Config, error) {
 	var err error
 	switch {
 	case path != "":
-		if cfg, err = loadKubeconfig(path); err != nil {
+		if cfg, err = discovery.LoadKubeconfig(path); err != nil {
 			return nil, configErr("kubeconfig %s: %v", path, err)
 		}
 	case a.env("KUBERNETES_SERVICE_HOST") != "":

@@ -1,14 +1,12 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/shlex"
@@ -400,7 +398,7 @@ func (s *session) runCommand(ctx context.Context, argv []string) (int, error) {
 	if err != nil {
 		return 0, configErr("run.user/run.group: %v", err)
 	}
-	tail := &tailBuffer{max: 2048}
+	tail := supervise.NewTail(2048)
 	sup, err := supervise.New(supervise.Config{
 		Command:    argv,
 		Env:        s.childEnv(cred),
@@ -431,34 +429,4 @@ func (s *session) runCommand(ctx context.Context, argv []string) (int, error) {
 	}
 	s.writeTerminationMessage(msg)
 	return code, err
-}
-
-// tailBuffer keeps the last max bytes written, cut at a line start.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if len(t.buf) > 2*t.max {
-		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
-	}
-	return len(b), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := t.buf
-	if len(b) > t.max {
-		b = b[len(b)-t.max:]
-		if i := bytes.IndexByte(b, '\n'); i >= 0 && i < len(b)-1 {
-			b = b[i+1:]
-		}
-	}
-	return strings.TrimRight(string(b), "\n")
 }

@@ -6,8 +6,6 @@ import (
 	"io"
 	"regexp"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/kolla-agent/kolla-agent/agent/logs"
 )
 
@@ -44,7 +42,11 @@ func (s *session) newLogs() (*logsRun, error) {
 			fields[k] = v
 		}
 	}
-	obs := newLogMetrics(s.Agent)
+	obs := logs.NewMetrics(s.registry, func(reason string) {
+		if h := s.health.Load(); h != nil {
+			h.SetDegraded("logs", reason)
+		}
+	})
 	lr := &logsRun{cfg: logs.ShipperConfig{
 		StateDir: s.path(lc.StateDirOr()),
 		MaxLine:  lc.MaxLineSize,
@@ -104,58 +106,5 @@ func (lr *logsRun) run(ctx context.Context) error {
 func (lr *logsRun) close() {
 	if lr.sink != nil {
 		lr.sink.Close()
-	}
-}
-
-// logMetrics counts what the shipper delivers and shows a failing sink as
-// the duty's degradation in ?verbose (the service is not affected).
-type logMetrics struct {
-	a                  *Agent
-	records, byteCount prometheus.Counter
-	failures           prometheus.Counter
-	skipped            *prometheus.CounterVec
-}
-
-func newLogMetrics(a *Agent) *logMetrics {
-	m := &logMetrics{
-		a: a,
-		records: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kolla_agent_log_records_total",
-			Help: "Log records the sink acknowledged (a traceback is one record).",
-		}),
-		byteCount: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kolla_agent_log_bytes_total",
-			Help: "Bytes of log records the sink acknowledged.",
-		}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "kolla_agent_log_failures_total",
-			Help: "Failed attempts to ship logs (the sink, reading a file, saving the offsets); the records stay in the files and are shipped again.",
-		}),
-	}
-	m.skipped = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "kolla_agent_log_files_skipped_total",
-		Help: "Paths under a logs glob that were not regular files (a symlink, FIFO, socket or device) and were skipped unopened, by what they were.",
-	}, []string{"type"})
-	a.registry.MustRegister(m.records, m.byteCount, m.failures, m.skipped)
-	return m
-}
-
-func (m *logMetrics) Shipped(_ string, records, bytes int) {
-	m.records.Add(float64(records))
-	m.byteCount.Add(float64(bytes))
-}
-
-func (m *logMetrics) Failed(err error) {
-	m.failures.Inc()
-	if h := m.a.health.Load(); h != nil {
-		h.SetDegraded("logs", "shipping fails: "+err.Error())
-	}
-}
-
-func (m *logMetrics) Skipped(_, what string) { m.skipped.WithLabelValues(what).Inc() }
-
-func (m *logMetrics) Recovered() {
-	if h := m.a.health.Load(); h != nil {
-		h.SetDegraded("logs", "")
 	}
 }

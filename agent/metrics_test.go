@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"k8s.io/client-go/rest"
 
+	"github.com/kolla-agent/kolla-agent/agent/logs"
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/discovery"
 	"github.com/kolla-agent/kolla-agent/probes"
@@ -22,7 +23,7 @@ import (
 func TestMetricNamesLintedAndDocumented(t *testing.T) {
 	a := New(Options{Version: "test"})
 	a.metrics.restarts(func() int { return 0 })
-	newLogMetrics(a)
+	logs.NewMetrics(a.registry, nil)
 	if _, err := probes.New(probes.Config{
 		Checks: []probes.Spec{{
 			Name: "heartbeat", Probes: []probes.Probe{probes.Readiness}, Period: time.Second, Timeout: time.Second,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -55,9 +54,8 @@ func (rr *reloadRun) action(changed []string) string {
 	return action
 }
 
-// holdSlot takes one of the Leases <lease>-0 .. -N-1 (reload.maxUnavailable),
-// whichever comes free first, and holds it until release: at most N
-// replicas signal or restart their service and wait for it at once.
+// holdSlot takes one of the Leases <lease>-0 .. -N-1 (reload.maxUnavailable)
+// through the agent's API client, as this replica (reload.HoldSlot).
 func (rr *reloadRun) holdSlot(ctx context.Context, lease string) (func(), error) {
 	s := rr.s
 	kube, err := s.kubeClient()
@@ -71,54 +69,12 @@ func (rr *reloadRun) holdSlot(ctx context.Context, lease string) (func(), error)
 	if err != nil {
 		return nil, fmt.Errorf("reload.maxUnavailable: %w", err)
 	}
-	n := rr.cfg.MaxUnavailable
-	type won struct {
-		i       int
-		slot    string
-		release func()
-		err     error
+	take := func(ctx context.Context, name string) (func(), error) {
+		l := &bootstrap.Lease{Kube: kube, Namespace: s.Namespace, Name: name, Identity: id}
+		_, release, err := l.Acquire(ctx)
+		return release, err
 	}
-	results := make(chan won, n)
-	cancels := make([]context.CancelFunc, n)
-	for i := range n {
-		lctx, cancel := context.WithCancel(ctx)
-		cancels[i] = cancel
-		name := fmt.Sprintf("%s-%d", lease, i)
-		go func() {
-			l := &bootstrap.Lease{Kube: kube, Namespace: s.Namespace, Name: name, Identity: id}
-			_, release, err := l.Acquire(lctx)
-			results <- won{i, name, release, err}
-		}()
-	}
-	s.log.Info("reload: waiting for a turn", "leases", fmt.Sprintf("%s-0..%d", lease, n-1))
-	var got *won
-	for range n {
-		r := <-results
-		switch {
-		case r.err != nil:
-		case got == nil:
-			got = &r
-			for i, c := range cancels {
-				if i != r.i {
-					c() // the others stop; the winner's Lease is renewed until release
-				}
-			}
-		default:
-			r.release() // two came free at once: keep one
-		}
-	}
-	if got == nil {
-		for _, c := range cancels {
-			c()
-		}
-		return nil, fmt.Errorf("no reload Lease acquired: %w", context.Cause(ctx))
-	}
-	s.log.Info("reload: holding a turn", "lease", got.slot)
-	return func() {
-		got.release()
-		cancels[got.i]()
-		s.log.Info("reload: turn released", "lease", got.slot)
-	}, nil
+	return reload.HoldSlot(ctx, take, reload.Slots{Lease: lease, N: rr.cfg.MaxUnavailable}, s.log)
 }
 
 // ConfigHashAnnotation, on a workload's pod template, is the hash of the
@@ -405,29 +361,13 @@ func (rr *reloadRun) run(ctx context.Context) error {
 }
 
 // liveFiles is the config as the service has it: the files the render
-// writes, read from disk (a file not there is left out).
+// writes, read from disk.
 func (rr *reloadRun) liveFiles(ctx context.Context) ([]render.File, error) {
 	r, err := rr.s.renderConfig(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var live []render.File
-	for _, f := range r.Files() {
-		b, err := os.ReadFile(f.Host)
-		if err != nil {
-			continue
-		}
-		fi, err := os.Stat(f.Host)
-		if err != nil {
-			continue
-		}
-		f.Data, f.Mode = b, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok && f.UID >= 0 {
-			f.UID, f.GID = int(st.Uid), int(st.Gid)
-		}
-		live = append(live, f)
-	}
-	return live, nil
+	return render.ReadLive(r.Files()), nil
 }
 
 func (rr *reloadRun) pass(ctx context.Context, why string) {

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Overlay maps directories of the container (a ConfigMap volume's mount)
@@ -101,4 +103,26 @@ func Hash(files []File) string {
 		field(f.Data)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// ReadLive is files as they are on disk now (at their Host paths): data,
+// mode, and owner where the file sets one. A file not there is left out.
+func ReadLive(files []File) []File {
+	var live []File
+	for _, f := range files {
+		b, err := os.ReadFile(f.Host)
+		if err != nil {
+			continue
+		}
+		fi, err := os.Stat(f.Host)
+		if err != nil {
+			continue
+		}
+		f.Data, f.Mode = b, fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && f.UID >= 0 {
+			f.UID, f.GID = int(st.Uid), int(st.Gid)
+		}
+		live = append(live, f)
+	}
+	return live
 }

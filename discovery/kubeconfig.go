@@ -1,4 +1,4 @@
-package agent
+package discovery
 
 import (
 	"errors"
@@ -11,14 +11,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// loadKubeconfig reads a kubeconfig file for its current context: the
+// LoadKubeconfig reads a kubeconfig file for its current context: the
 // server, its CA, and the user's client certificate, token or basic
 // credentials, relative file paths taken from the file's directory. It is
 // the part of client-go's clientcmd an agent outside a cluster needs;
 // clientcmd itself (merging several files, auth-provider and exec plugins)
 // would cost the binary several hundred KB. A user with an exec plugin or
 // an auth provider is refused, naming it.
-func loadKubeconfig(path string) (*rest.Config, error) {
+func LoadKubeconfig(path string) (*rest.Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

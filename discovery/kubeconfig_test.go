@@ -1,4 +1,4 @@
-package agent
+package discovery
 
 import (
 	"os"
@@ -27,7 +27,7 @@ clusters:
 - name: testenv
   cluster: {server: "https://127.0.0.1:6443", certificate-authority: ca.crt, tls-server-name: kubernetes}
 `
-	cfg, err := loadKubeconfig(write(base + `users:
+	cfg, err := LoadKubeconfig(write(base + `users:
 - name: kolla-agent
   user: {tokenFile: token, client-certificate: tls.crt, client-key: /abs/tls.key}
 `))
@@ -47,7 +47,7 @@ clusters:
 		{"not yaml", "{", "yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := loadKubeconfig(write(tc.yaml))
+			_, err := LoadKubeconfig(write(tc.yaml))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want %q", err, tc.want)
 			}
