@@ -117,7 +117,7 @@ type session struct {
 	probes *probeRun
 	// rendered is the config the service starts with (run; nil in
 	// sidecar mode).
-	rendered *renderedConfig
+	rendered *render.Output
 }
 
 func (a *Agent) bind(p *Plan) *session { return &session{Agent: a, Plan: p} }

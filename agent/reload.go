@@ -170,7 +170,7 @@ func (s *session) newReload(h *serviceHandle, health *probes.Health) (*reloadRun
 	var files []render.File
 	var kolla bool // kolla mode: its config dir is watched too
 	if s.rendered != nil {
-		files, kolla = s.rendered.Files(), s.rendered.kc != nil
+		files, kolla = s.rendered.Files(), s.rendered.Kolla != nil
 	} else {
 		kc, err := s.kolla()
 		if err != nil {

@@ -56,7 +56,7 @@ func (s *session) kolla(overlay ...render.Overlay) (*render.KollaConfig, error) 
 // differences are returned. The kolla config, if any, is returned for its
 // command.
 func (s *session) render(ctx context.Context, mode RenderMode) (*render.KollaConfig, []render.Difference, error) {
-	var r *renderedConfig
+	var r *render.Output
 	var err error
 	if mode == RenderApply {
 		r, err = s.renderAndCommit(ctx)
@@ -66,57 +66,14 @@ func (s *session) render(ctx context.Context, mode RenderMode) (*render.KollaCon
 	if err != nil {
 		return nil, nil, err
 	}
-	var diffs []render.Difference
-	switch mode {
-	case RenderApply:
-		return r.kc, nil, nil
-	case RenderCheck:
-		if r.plan != nil {
-			if diffs, err = r.plan.Check(); err != nil {
-				return nil, nil, err
-			}
-		}
-	case RenderDryRun:
-		if r.plan != nil {
-			if diffs, err = r.plan.Changes(); err != nil {
-				return nil, nil, err
-			}
-		}
+	if mode == RenderApply {
+		return r.Kolla, nil, nil
 	}
-	return r.kc, append(diffs, render.CheckTemplates(r.tmpl)...), nil
-}
-
-// renderedConfig is the service's whole config rendered in memory: kolla's
-// plan (nil outside kolla mode) and the templates. Nothing is written until
-// Commit.
-type renderedConfig struct {
-	kc      *render.KollaConfig
-	plan    *render.KollaPlan
-	applied bool // the plan is on disk already (renderAndCommit)
-	tmpl    []render.RenderedTemplate
-}
-
-// Files is every file the config writes, kolla's then the templates'.
-func (r *renderedConfig) Files() []render.File {
-	var out []render.File
-	if r.plan != nil {
-		out = r.plan.Files()
+	diffs, err := r.Differences(mode == RenderDryRun)
+	if err != nil {
+		return nil, nil, err
 	}
-	return append(out, render.TemplateFiles(r.tmpl)...)
-}
-
-// Commit writes it: kolla's plan (all or nothing), then the templates,
-// each atomically.
-func (r *renderedConfig) Commit() error {
-	if r.plan != nil && !r.applied {
-		if err := r.plan.Apply(); err != nil {
-			return fmt.Errorf("render: %w", err)
-		}
-	}
-	if err := render.WriteTemplates(r.tmpl); err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
-	return nil
+	return r.Kolla, diffs, nil
 }
 
 // renderAndCommit is the render at the start: kolla's plan is applied
@@ -124,7 +81,7 @@ func (r *renderedConfig) Commit() error {
 // in a directory only the kolla config creates (/etc/keystone in a fresh
 // container). A reload renders everything first (renderConfig): by then
 // the directories exist.
-func (s *session) renderAndCommit(ctx context.Context) (*renderedConfig, error) {
+func (s *session) renderAndCommit(ctx context.Context) (*render.Output, error) {
 	r, err := s.renderConfigWith(ctx, nil, true)
 	if err != nil {
 		return nil, err
@@ -135,7 +92,7 @@ func (s *session) renderAndCommit(ctx context.Context) (*renderedConfig, error) 
 // renderConfig renders kolla's config.json (kolla mode) and the templates
 // of agent.yaml into memory. An overlay reads the sources of some volumes
 // from the agent's copies of their ConfigMaps.
-func (s *session) renderConfig(ctx context.Context, overlay ...render.Overlay) (*renderedConfig, error) {
+func (s *session) renderConfig(ctx context.Context, overlay ...render.Overlay) (*render.Output, error) {
 	var ov render.Overlay
 	if len(overlay) > 0 {
 		ov = overlay[0]
@@ -143,25 +100,25 @@ func (s *session) renderConfig(ctx context.Context, overlay ...render.Overlay) (
 	return s.renderConfigWith(ctx, ov, false)
 }
 
-func (s *session) renderConfigWith(ctx context.Context, ov render.Overlay, applyKolla bool) (*renderedConfig, error) {
+func (s *session) renderConfigWith(ctx context.Context, ov render.Overlay, applyKolla bool) (*render.Output, error) {
 	kc, err := s.kolla(ov)
 	if err != nil {
 		return nil, err
 	}
-	r := &renderedConfig{kc: kc}
+	r := &render.Output{Kolla: kc}
 	if kc != nil {
 		strategy := s.env("KOLLA_CONFIG_STRATEGY")
 		if strategy == "" {
 			strategy = "COPY_ALWAYS" // what kolla-kubernetes sets; kolla itself refuses an unset one
 		}
-		if r.plan, err = render.PlanKolla(kc, render.KollaOptions{Root: s.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Overlay: ov, Logger: s.log}); err != nil {
+		if r.Plan, err = render.PlanKolla(kc, render.KollaOptions{Root: s.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Overlay: ov, Logger: s.log}); err != nil {
 			return nil, configErr("%v", err)
 		}
 		if applyKolla {
-			if err := r.plan.Apply(); err != nil {
+			if err := r.Plan.Apply(); err != nil {
 				return nil, fmt.Errorf("render: %w", err)
 			}
-			r.applied = true
+			r.Applied = true
 		}
 	}
 	items := s.Config.Render
@@ -174,7 +131,7 @@ func (s *session) renderConfigWith(ctx context.Context, ov render.Overlay, apply
 	}
 	o := s.templateOptions()
 	o.Overlay = ov
-	if r.tmpl, err = render.RenderTemplates(ctx, ts, o); err != nil {
+	if r.Templates, err = render.RenderTemplates(ctx, ts, o); err != nil {
 		return nil, s.templateErr(err)
 	}
 	return r, nil
@@ -247,18 +204,18 @@ func (s *session) runService(ctx context.Context, args []string) (int, error) {
 	}
 	env := s.childEnv(cred)
 	s.closeToken()
-	command, oneShot, err := s.command(rc.kc, args)
+	command, oneShot, err := s.command(rc.Kolla, args)
 	if err != nil {
 		return 0, err
 	}
 	var hook kolla.Hook
 	switch {
-	case rc.kc != nil && oneShot:
+	case rc.Kolla != nil && oneShot:
 		// run.bootstrap or run.upgrade, which agent.yaml asks for, takes
 		// the place of what the image's hook does on KOLLA_BOOTSTRAP.
 		s.log.Info("kolla: the image's start hook is not run: agent.yaml's one-shot command is")
-	case rc.kc != nil:
-		if hook, err = s.kollaStart(ctx, rc.kc, env, cred); err != nil {
+	case rc.Kolla != nil:
+		if hook, err = s.kollaStart(ctx, rc.Kolla, env, cred); err != nil {
 			return 0, err
 		}
 		if hook.Exited {

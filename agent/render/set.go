@@ -126,3 +126,55 @@ func ReadLive(files []File) []File {
 	}
 	return live
 }
+
+// Output is the service's whole config rendered in memory: kolla's plan
+// (nil outside kolla mode) and the templates. Nothing is written until
+// Commit.
+type Output struct {
+	Kolla     *KollaConfig // kolla's config.json; nil outside kolla mode
+	Plan      *KollaPlan
+	Applied   bool // the plan is on disk already
+	Templates []RenderedTemplate
+}
+
+// Files is every file the config writes, kolla's then the templates'.
+func (o *Output) Files() []File {
+	var out []File
+	if o.Plan != nil {
+		out = o.Plan.Files()
+	}
+	return append(out, TemplateFiles(o.Templates)...)
+}
+
+// Commit writes it: kolla's plan (all or nothing), then the templates,
+// each atomically.
+func (o *Output) Commit() error {
+	if o.Plan != nil && !o.Applied {
+		if err := o.Plan.Apply(); err != nil {
+			return fmt.Errorf("render: %w", err)
+		}
+	}
+	if err := WriteTemplates(o.Templates); err != nil {
+		return fmt.Errorf("render: %w", err)
+	}
+	return nil
+}
+
+// Differences is what differs between the output and the disk (kolla's
+// Check and the templates'), or with dryRun what writing it would change
+// (kolla's Changes).
+func (o *Output) Differences(dryRun bool) ([]Difference, error) {
+	var diffs []Difference
+	var err error
+	switch {
+	case o.Plan == nil:
+	case dryRun:
+		diffs, err = o.Plan.Changes()
+	default:
+		diffs, err = o.Plan.Check()
+	}
+	if err != nil {
+		return nil, err
+	}
+	return append(diffs, CheckTemplates(o.Templates)...), nil
+}
