@@ -89,11 +89,7 @@ func (s *session) checker(ch *config.Check, f string, h *serviceHandle, deps *di
 		}
 		return probes.NewExec(argv, h.spawner, h.env), nil
 	case ch.File != nil:
-		maxAge, err := time.ParseDuration(ch.File.MaxAge)
-		if err != nil {
-			return nil, fmt.Errorf("%s.file.maxAge: %v", f, err)
-		}
-		return probes.NewFile(ch.File.Path, maxAge), nil
+		return probes.NewFile(ch.File.Path, ch.File.MaxAge.Duration()), nil
 	case ch.Dependency != nil:
 		d, err := discovery.Parse(ch.Dependency.Wait)
 		if err != nil {

@@ -38,7 +38,7 @@ func TestSettledWaitsForTheWorkers(t *testing.T) {
 	if len(workers) != 2 {
 		t.Fatalf("workers of the shell: %v", workers)
 	}
-	rr := &reloadRun{s: New(Options{}).bind(&Plan{}), cfg: &config.Reload{Settle: "1m"}, svc: &serviceHandle{signal: pidSignaller(pid)}}
+	rr := &reloadRun{s: New(Options{}).bind(&Plan{}), cfg: &config.Reload{Settle: config.ParseDuration("1m")}, svc: &serviceHandle{signal: pidSignaller(pid)}}
 	if w := rr.settled([]string{"/etc/x.conf"}); w == nil {
 		t.Fatal("no wait for a signal")
 	}
@@ -72,7 +72,7 @@ func TestSettledWaitsForTheWorkers(t *testing.T) {
 	for len(probes.WorkersOf("", svc2.Process.Pid)) == 0 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	rr.cfg.Settle = "400ms"
+	rr.cfg.Settle = config.ParseDuration("400ms")
 	rr.svc.signal = pidSignaller(svc2.Process.Pid)
 	start := time.Now()
 	from = rr.settled([]string{"/etc/x.conf"})(ctx)
@@ -88,7 +88,7 @@ func TestSettledWaitsForTheWorkers(t *testing.T) {
 	if rr.settled([]string{"/etc/none.conf"}) != nil {
 		t.Error("a wait for a file whose action is none")
 	}
-	rr.cfg.Settle = "0s"
+	rr.cfg.Settle = config.ParseDuration("0s")
 	if rr.settled([]string{"/etc/x.conf"}) != nil {
 		t.Error("a wait with reload.settle 0")
 	}

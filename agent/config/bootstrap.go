@@ -48,7 +48,7 @@ type Bootstrap struct {
 	// pod's images and the inputs (wait).
 	Version string `json:"version,omitempty"`
 	// Timeout bounds the whole bootstrap; default 10m.
-	Timeout string `json:"timeout,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
 
 	// Jobs are what wait mode waits for: Job names or k=v,... label sets.
 	Jobs []string `json:"jobs,omitempty"`
@@ -68,7 +68,7 @@ type Bootstrap struct {
 	// deployment/NAME or statefulset/NAME; default: the pod's owner.
 	Owner string `json:"owner,omitempty"`
 	// LeaseDuration is how long a silent Lease holder keeps it (lease).
-	LeaseDuration string `json:"leaseDuration,omitempty"`
+	LeaseDuration Duration `json:"leaseDuration,omitempty"`
 	// PodCondition patches the condition kolla.openstack.org/bootstrapped on
 	// the agent's pod (pods/status), usable as a readiness gate.
 	PodCondition bool `json:"podCondition,omitempty"`
@@ -184,18 +184,12 @@ func (b *Bootstrap) Enabled() bool { return b.Mode != "" }
 
 // BootstrapTimeout is bootstrap.timeout, defaulted.
 func (b *Bootstrap) BootstrapTimeout() time.Duration {
-	if d, err := parseDuration("", b.Timeout); err == nil && d > 0 {
-		return d
-	}
-	return DefaultBootstrapTimeout
+	return b.Timeout.PositiveOr(DefaultBootstrapTimeout)
 }
 
 // Lease is bootstrap.leaseDuration, defaulted.
 func (b *Bootstrap) Lease() time.Duration {
-	if d, err := parseDuration("", b.LeaseDuration); err == nil && d > 0 {
-		return d
-	}
-	return DefaultLeaseDuration
+	return b.LeaseDuration.PositiveOr(DefaultLeaseDuration)
 }
 
 // WaitJobs returns wait mode's Jobs as dependencies.
@@ -239,9 +233,9 @@ func (c *Config) validateBootstrap(e *problems) {
 	if b.Retries < 0 || b.Retries > 10 {
 		e.add("bootstrap.retries: %d (want 0 to 10)", b.Retries)
 	}
-	_, err := parseDuration("bootstrap.timeout", b.Timeout)
+	_, err := b.Timeout.check("bootstrap.timeout")
 	e.addErr(err)
-	if d, err := parseDuration("bootstrap.leaseDuration", b.LeaseDuration); err != nil {
+	if d, err := b.LeaseDuration.check("bootstrap.leaseDuration"); err != nil {
 		e.addErr(err)
 	} else if d != 0 && d < 2*time.Second {
 		e.add("bootstrap.leaseDuration: %s is too short to renew (at least 2s)", b.LeaseDuration)

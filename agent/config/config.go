@@ -94,7 +94,7 @@ type RenderOptions struct {
 	// AllowFiles lists the directories `file` and `secret` may read from.
 	AllowFiles []string `json:"allowFiles,omitempty"`
 	// Timeout bounds how long a template waits for a discovered value.
-	Timeout string `json:"timeout,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
 }
 
 // Run is the run: section.
@@ -106,7 +106,7 @@ type Run struct {
 	User  string `json:"user,omitempty"`
 	Group string `json:"group,omitempty"`
 	// Grace is how long the service has between SIGTERM and SIGKILL.
-	Grace string `json:"grace,omitempty"`
+	Grace Duration `json:"grace,omitempty"`
 	// Bootstrap and Upgrade run instead of the service when KOLLA_BOOTSTRAP
 	// or KOLLA_UPGRADE is in the environment (kolla's extend_start.sh).
 	Bootstrap string `json:"bootstrap,omitempty"`
@@ -121,7 +121,7 @@ type Run struct {
 // Dependencies is the dependencies: section.
 type Dependencies struct {
 	// Timeout bounds the whole wait, in Go syntax ("90s", "5m"); default 10m.
-	Timeout string `json:"timeout,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
 	// Wait lists the dependencies, each a string in the wait syntax or an
 	// object {wait, timeout, expectStatus}.
 	Wait []Dependency `json:"wait,omitempty"`
@@ -132,7 +132,7 @@ type Dependency struct {
 	// Wait is the dependency in the wait syntax (service:mariadb, ...).
 	Wait string `json:"wait"`
 	// Timeout bounds this dependency alone, in Go syntax.
-	Timeout string `json:"timeout,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
 	// ExpectStatus: HTTP codes that count as up (default: any 2xx or 3xx).
 	ExpectStatus []int `json:"expectStatus,omitempty"`
 
@@ -212,7 +212,7 @@ func Inspect(name string, b []byte) (*Config, error) {
 // validate runs every section's checks; each records all the independent
 // problems it finds.
 func (c *Config) validate(e *problems) {
-	_, err := parseDuration("dependencies.timeout", c.Dependencies.Timeout)
+	_, err := c.Dependencies.Timeout.check("dependencies.timeout")
 	e.addErr(err)
 	c.deps(e)
 	c.validateRun(e)
@@ -258,7 +258,7 @@ func (c *Config) deps(e *problems) []discovery.Dependency {
 				e.add("%s.expectStatus[%d]: %d is not an HTTP status code", field, j, code)
 			}
 		}
-		timeout, err := parseDuration(field+".timeout", w.Timeout)
+		timeout, err := w.Timeout.check(field + ".timeout")
 		e.addErr(err)
 		if e.count() == before {
 			d.Timeout, d.ExpectStatus = timeout, w.ExpectStatus
@@ -270,11 +270,7 @@ func (c *Config) deps(e *problems) []discovery.Dependency {
 
 // Timeout is the overall dependency timeout, defaulted.
 func (c *Config) Timeout() time.Duration {
-	d, err := parseDuration("", c.Dependencies.Timeout)
-	if err != nil || d == 0 {
-		return DefaultTimeout
-	}
-	return d
+	return c.Dependencies.Timeout.PositiveOr(DefaultTimeout)
 }
 
 // parseDuration reads an optional duration in Go syntax; "" is 0.
@@ -373,9 +369,9 @@ func (c *Config) validateRun(e *problems) {
 			}
 		}
 	}
-	_, err := parseDuration("renderOptions.timeout", c.RenderOptions.Timeout)
+	_, err := c.RenderOptions.Timeout.check("renderOptions.timeout")
 	e.addErr(err)
-	_, err = parseDuration("run.grace", c.Run.Grace)
+	_, err = c.Run.Grace.check("run.grace")
 	e.addErr(err)
 	switch {
 	case c.Run.Supervise != "" && !slices.Contains(superviseModes, c.Run.Supervise):
@@ -387,18 +383,12 @@ func (c *Config) validateRun(e *problems) {
 
 // Grace is run.grace, defaulted to 30s (the kubelet's default grace period).
 func (c *Config) Grace() time.Duration {
-	if d, err := parseDuration("", c.Run.Grace); err == nil && d > 0 {
-		return d
-	}
-	return 30 * time.Second
+	return c.Run.Grace.PositiveOr(30 * time.Second)
 }
 
 // RenderTimeout is renderOptions.timeout, defaulted to the dependency timeout.
 func (c *Config) RenderTimeout() time.Duration {
-	if d, err := parseDuration("", c.RenderOptions.Timeout); err == nil && d > 0 {
-		return d
-	}
-	return c.Timeout()
+	return c.RenderOptions.Timeout.PositiveOr(c.Timeout())
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -101,6 +101,7 @@ type walker struct {
 var (
 	dependencyType   = reflect.TypeFor[Dependency]()
 	stringOrListType = reflect.TypeFor[StringOrList]()
+	durationType     = reflect.TypeFor[Duration]()
 )
 
 // value checks v, at path, against t; obj is the path of the object v is
@@ -129,6 +130,16 @@ func (w *walker) value(v any, t reflect.Type, path, obj string, coerce bool) (_ 
 			return v, true
 		}
 		return w.mismatch(v, path, obj, "a string or a list of strings")
+	case durationType: // a string, as a string field is; its validator parses it
+		switch v.(type) {
+		case string:
+			return v, true
+		case json.Number, bool:
+			if coerce {
+				return v, true
+			}
+		}
+		return w.mismatch(v, path, obj, "string")
 	}
 	switch t.Kind() {
 	case reflect.String:

@@ -21,13 +21,13 @@ type Logs struct {
 	StateDir string `json:"stateDir,omitempty"`
 	// Rescan is how often the globs are expanded again, beside the
 	// directory watch; default 10s.
-	Rescan string `json:"rescan,omitempty"`
+	Rescan Duration `json:"rescan,omitempty"`
 	// MaxLineSize splits longer lines (never skipped); default 256 KiB.
 	MaxLineSize int `json:"maxLineSize,omitempty"`
 	// Drain bounds the last shipping pass when the agent stops, after the
 	// service has: what it wrote last is shipped; default 5s. The pod's
 	// terminationGracePeriodSeconds must cover run.grace plus this.
-	Drain string `json:"drain,omitempty"`
+	Drain Duration `json:"drain,omitempty"`
 	// Multiline groups a record's lines: oslo.log's tracebacks (lines with
 	// the same header) and unprefixed continuation lines by default.
 	Multiline Multiline `json:"multiline,omitempty"`
@@ -69,7 +69,7 @@ type LogSink struct {
 	// Format of the stdout sink: raw (the lines) or json (tagged records).
 	Format string `json:"format,omitempty"`
 	// AckTimeout bounds the wait for the receiver's ack (forward).
-	AckTimeout string `json:"ackTimeout,omitempty"`
+	AckTimeout Duration `json:"ackTimeout,omitempty"`
 }
 
 // Multiline is logs.multiline.
@@ -78,7 +78,7 @@ type Multiline struct {
 	// other lines continue it. Default: oslo.log's grouping.
 	FirstLine string `json:"firstLine,omitempty"`
 	// Idle flushes a record that nothing followed for this long; default 1s.
-	Idle string `json:"idle,omitempty"`
+	Idle Duration `json:"idle,omitempty"`
 }
 
 // Logs defaults.
@@ -174,8 +174,11 @@ func (c *Config) validateLogs(e *problems) {
 			e.add("logs.sink.tls: caFile and insecureSkipVerify exclude each other")
 		}
 	}
-	for _, d := range []struct{ field, v string }{{"logs.rescan", l.Rescan}, {"logs.drain", l.Drain}, {"logs.multiline.idle", l.Multiline.Idle}, {"logs.sink.ackTimeout", s.AckTimeout}} {
-		_, err := parseDuration(d.field, d.v)
+	for _, d := range []struct {
+		field string
+		v     Duration
+	}{{"logs.rescan", l.Rescan}, {"logs.drain", l.Drain}, {"logs.multiline.idle", l.Multiline.Idle}, {"logs.sink.ackTimeout", s.AckTimeout}} {
+		_, err := d.v.check(d.field)
 		e.addErr(err)
 	}
 	if l.StateDir != "" && !path.IsAbs(l.StateDir) {
@@ -195,16 +198,16 @@ func (c *Config) validateLogs(e *problems) {
 }
 
 // RescanEvery is logs.rescan, defaulted.
-func (l *Logs) RescanEvery() time.Duration { return durationOr(l.Rescan, DefaultLogsRescan) }
+func (l *Logs) RescanEvery() time.Duration { return l.Rescan.PositiveOr(DefaultLogsRescan) }
 
 // IdleFlush is logs.multiline.idle, defaulted.
-func (l *Logs) IdleFlush() time.Duration { return durationOr(l.Multiline.Idle, DefaultLogsIdle) }
+func (l *Logs) IdleFlush() time.Duration { return l.Multiline.Idle.PositiveOr(DefaultLogsIdle) }
 
 // AckWait is logs.sink.ackTimeout, defaulted.
-func (l *Logs) AckWait() time.Duration { return durationOr(l.Sink.AckTimeout, DefaultLogsAckTimeout) }
+func (l *Logs) AckWait() time.Duration { return l.Sink.AckTimeout.PositiveOr(DefaultLogsAckTimeout) }
 
 // DrainFor is logs.drain, defaulted.
-func (l *Logs) DrainFor() time.Duration { return durationOr(l.Drain, DefaultLogsDrain) }
+func (l *Logs) DrainFor() time.Duration { return l.Drain.PositiveOr(DefaultLogsDrain) }
 
 // StateDirOr is logs.stateDir, defaulted.
 func (l *Logs) StateDirOr() string {
@@ -214,10 +217,3 @@ func (l *Logs) StateDirOr() string {
 	return l.StateDir
 }
 
-// durationOr is a validated duration, or def when unset.
-func durationOr(s string, def time.Duration) time.Duration {
-	if d, err := parseDuration("", s); err == nil && d > 0 {
-		return d
-	}
-	return def
-}

@@ -48,10 +48,10 @@ type Check struct {
 	// for; default [readiness].
 	Probes []string `json:"probes,omitempty"`
 	// Period is how often the check runs, at least 100ms; default 10s.
-	Period string `json:"period,omitempty"`
+	Period Duration `json:"period,omitempty"`
 	// Timeout bounds one run, at most the period; default 2s (or the
 	// period, when shorter).
-	Timeout string `json:"timeout,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
 	// FailureThreshold is how many failures in a row fail the check;
 	// default 3.
 	FailureThreshold int `json:"failureThreshold,omitempty"`
@@ -118,7 +118,7 @@ type FileCheck struct {
 	// Path of the heartbeat file, absolute.
 	Path string `json:"path"`
 	// MaxAge is how old its last modification may be.
-	MaxAge string `json:"maxAge"`
+	MaxAge Duration `json:"maxAge"`
 }
 
 // DependencyCheck: a dependency in the wait syntax still resolves.
@@ -321,7 +321,7 @@ func validateCheck(e *problems, f string, ch *Check, seen map[string]int, i int)
 		if !strings.HasPrefix(fc.Path, "/") {
 			e.add("%s.file.path: %q is not an absolute path", f, fc.Path)
 		}
-		if d, err := parseDuration(f+".file.maxAge", fc.MaxAge); err != nil {
+		if d, err := fc.MaxAge.check(f + ".file.maxAge"); err != nil {
 			e.addErr(err)
 		} else if d == 0 {
 			e.add("%s.file.maxAge: required", f)
@@ -357,15 +357,15 @@ func validateCheck(e *problems, f string, ch *Check, seen map[string]int, i int)
 // validateTiming checks a check's period and timeout: each alone, then one
 // against the other when both were read.
 func validateTiming(e *problems, f string, ch *Check) {
-	period, perr := parseDuration(f+".period", ch.Period)
+	period, perr := ch.Period.check(f + ".period")
 	e.addErr(perr)
-	timeout, terr := parseDuration(f+".timeout", ch.Timeout)
+	timeout, terr := ch.Timeout.check(f + ".timeout")
 	e.addErr(terr)
-	if perr == nil && ch.Period != "" && period < 100*time.Millisecond {
+	if perr == nil && ch.Period.IsSet() && period < 100*time.Millisecond {
 		e.add("%s.period: %s is below the minimum of 100ms", f, ch.Period)
 		perr = errors.New("too short")
 	}
-	if terr == nil && ch.Timeout != "" && timeout == 0 {
+	if terr == nil && ch.Timeout.IsSet() && timeout == 0 {
 		e.add("%s.timeout: must be above 0", f)
 		terr = errors.New("zero")
 	}
@@ -433,14 +433,8 @@ func (ch *Check) Types() []string {
 
 // CheckTiming is a check's period, timeout and thresholds, defaulted.
 func (ch *Check) CheckTiming() (period, timeout time.Duration, failure, success int) {
-	period, _ = parseDuration("", ch.Period)
-	if period == 0 {
-		period = DefaultCheckPeriod
-	}
-	timeout, _ = parseDuration("", ch.Timeout)
-	if timeout == 0 {
-		timeout = min(DefaultCheckTimeout, period)
-	}
+	period = ch.Period.PositiveOr(DefaultCheckPeriod)
+	timeout = ch.Timeout.PositiveOr(min(DefaultCheckTimeout, period))
 	failure, success = ch.FailureThreshold, ch.SuccessThreshold
 	if failure == 0 {
 		failure = 3

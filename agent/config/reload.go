@@ -23,9 +23,9 @@ type Reload struct {
 	Source string `json:"source,omitempty"`
 	// Quiet is the debounce quiet period, MaxWait the longest a burst can
 	// delay the action, Rescan how often the volumes are looked at anyway.
-	Quiet   string `json:"quiet,omitempty"`
-	MaxWait string `json:"maxWait,omitempty"`
-	Rescan  string `json:"rescan,omitempty"`
+	Quiet   Duration `json:"quiet,omitempty"`
+	MaxWait Duration `json:"maxWait,omitempty"`
+	Rescan  Duration `json:"rescan,omitempty"`
 	// Action is what the service is made to do: signal, restart, rollout,
 	// none; Actions override it per file.
 	Action  string         `json:"action,omitempty"`
@@ -33,7 +33,7 @@ type Reload struct {
 	// Signal is sent to the service's process group by action signal.
 	Signal string `json:"signal,omitempty"`
 	// VerifyTimeout bounds how long the service may take to be ready again.
-	VerifyTimeout string `json:"verifyTimeout,omitempty"`
+	VerifyTimeout Duration `json:"verifyTimeout,omitempty"`
 	// Settle is the longest a signalled service may take to take the
 	// signal: readiness counts only from the moment every worker process
 	// it had before the signal has exited, or from Settle after the
@@ -41,7 +41,7 @@ type Reload struct {
 	// oslo.service) keeps the old workers answering for a while, and a
 	// pass they give proves nothing about the new config. 0: from the
 	// signal.
-	Settle string `json:"settle,omitempty"`
+	Settle Duration `json:"settle,omitempty"`
 	// Validate lists commands that must accept a staged file.
 	Validate []ReloadValidate `json:"validate,omitempty"`
 	// StateDir keeps the staged sets and the applied, good and bad hashes.
@@ -100,23 +100,12 @@ func (c *Config) ReloadLease() string {
 
 // SettleDuration returns settle, defaulted.
 func (r *Reload) SettleDuration() time.Duration {
-	if r.Settle == "" {
-		return DefaultReloadSettle
-	}
-	d, _ := time.ParseDuration(r.Settle) // validated
-	return d
+	return r.Settle.Or(DefaultReloadSettle)
 }
 
 // Durations returns quiet, maxWait, rescan and verifyTimeout, defaulted.
 func (r *Reload) Durations() (quiet, maxWait, rescan, verify time.Duration) {
-	get := func(s string, def time.Duration) time.Duration {
-		if s == "" {
-			return def
-		}
-		d, _ := time.ParseDuration(s) // validated
-		return d
-	}
-	return get(r.Quiet, DefaultReloadQuiet), get(r.MaxWait, DefaultReloadMaxWait), get(r.Rescan, DefaultReloadRescan), get(r.VerifyTimeout, DefaultReloadVerify)
+	return r.Quiet.Or(DefaultReloadQuiet), r.MaxWait.Or(DefaultReloadMaxWait), r.Rescan.Or(DefaultReloadRescan), r.VerifyTimeout.Or(DefaultReloadVerify)
 }
 
 // ActionFor is the action for the file at dest.
@@ -172,16 +161,19 @@ func (c *Config) validateReload(e *problems) {
 		return
 	}
 	durs := map[string]error{}
-	for _, f := range []struct{ name, v string }{{"quiet", r.Quiet}, {"maxWait", r.MaxWait}, {"rescan", r.Rescan}, {"verifyTimeout", r.VerifyTimeout}, {"settle", r.Settle}} {
-		_, err := parseDuration("reload."+f.name, f.v)
+	for _, f := range []struct {
+		name string
+		v    Duration
+	}{{"quiet", r.Quiet}, {"maxWait", r.MaxWait}, {"rescan", r.Rescan}, {"verifyTimeout", r.VerifyTimeout}, {"settle", r.Settle}} {
+		_, err := f.v.check("reload." + f.name)
 		e.addErr(err)
 		durs[f.name] = err
 	}
 	q, m, _, v := r.Durations()
-	if durs["quiet"] == nil && durs["maxWait"] == nil && r.MaxWait != "" && m < q {
+	if durs["quiet"] == nil && durs["maxWait"] == nil && r.MaxWait.IsSet() && m < q {
 		e.add("reload.maxWait: %s is shorter than quiet (%s)", m, q)
 	}
-	if durs["verifyTimeout"] == nil && r.VerifyTimeout != "" && v == 0 {
+	if durs["verifyTimeout"] == nil && r.VerifyTimeout.IsSet() && v == 0 {
 		e.add("reload.verifyTimeout: 0 (a reload must be verified within some time)")
 	}
 	if durs["verifyTimeout"] == nil && durs["settle"] == nil && r.SettleDuration() >= v {

@@ -180,16 +180,16 @@ reload:
 	r := c.Reload
 	want := &Reload{
 		Watch:   []string{"/var/lib/kolla/config_files", "/etc/keystone/secrets"},
-		Quiet:   "500ms",
-		MaxWait: "5s",
-		Rescan:  "2m",
+		Quiet:   ParseDuration("500ms"),
+		MaxWait: ParseDuration("5s"),
+		Rescan:  ParseDuration("2m"),
 		Action:  "signal",
 		Actions: []ReloadAction{
 			{Path: "/etc/apache2/*", Action: "none"},
 			{Path: "/etc/keystone/policy.yaml", Action: "none"},
 		},
 		Signal:        "usr1",
-		VerifyTimeout: "90s",
+		VerifyTimeout: ParseDuration("90s"),
 		StateDir:      "/run/kolla-agent/reload",
 		Validate: []ReloadValidate{
 			{Dest: "/etc/keystone/keystone.conf", Command: "oslo-config-validator --namespace keystone --namespace oslo.log --input-file {{ .Staged }}"},

@@ -110,6 +110,11 @@ func schemaOptions() []schemagen.Option {
 				{Type: schemagen.Types{"array"}, Items: &schemagen.Schema{Type: schemagen.Types{"string"}}, Description: "the words, as they are"},
 			}}
 		}),
+		// A duration is its text in Go syntax (each field adds its pattern
+		// and default).
+		schemagen.WithType(durationType, func(*schemagen.Schema) *schemagen.Schema {
+			return &schemagen.Schema{Type: schemagen.Types{"string"}}
+		}),
 	}
 	for name, f := range schemaFields() {
 		opts = append(opts, schemagen.WithField(name, f))
@@ -408,7 +413,7 @@ func stringLeaves(t reflect.Type, key, path string, doc func(any) any) []leaf {
 	switch {
 	case t == stringOrListType:
 		return nil
-	case t.Kind() == reflect.String:
+	case t.Kind() == reflect.String, t == durationType:
 		return []leaf{{key, path, doc}}
 	case t.Kind() == reflect.Slice:
 		return stringLeaves(t.Elem(), key, path+"[0]", func(v any) any { return doc([]any{v}) })

@@ -121,8 +121,8 @@ func summarize(w io.Writer, source string, c *config.Config, kollaPath string, k
 		p("dependencies: %d, within %s", n, c.Timeout())
 		for _, d := range c.Dependencies.Wait {
 			extra := ""
-			if d.Timeout != "" {
-				extra = " (within " + d.Timeout + ")"
+			if d.Timeout.IsSet() {
+				extra = " (within " + d.Timeout.String() + ")"
 			}
 			p("  %s%s", d.Wait, extra)
 		}

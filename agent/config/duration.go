@@ -1,0 +1,78 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Duration is a duration in Go syntax ("90s", "5m"), parsed once when the
+// config is read. A value that does not parse keeps its text and its
+// error, which the section's validator reports with the field's path
+// (check); unset is the empty text.
+type Duration struct {
+	raw string
+	d   time.Duration
+	err error
+}
+
+// ParseDuration is text as a config field holds it ("" is unset).
+func ParseDuration(text string) Duration {
+	d := Duration{raw: text}
+	d.d, d.err = parseDuration("", text)
+	if d.err != nil {
+		d.d = 0
+	}
+	return d
+}
+
+// UnmarshalJSON reads a string; a number or bool is taken as its text, as
+// sigs.k8s.io/yaml converts one for a string field. It never fails, so
+// that the problem is reported with its path.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		s = string(b)
+	}
+	*d = ParseDuration(s)
+	return nil
+}
+
+// MarshalJSON writes the text as given.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.raw) }
+
+// String is the text as given ("" when unset).
+func (d Duration) String() string { return d.raw }
+
+// IsSet reports whether the field was given.
+func (d Duration) IsSet() bool { return d.raw != "" }
+
+// Duration is the duration; 0 when unset.
+func (d Duration) Duration() time.Duration { return d.d }
+
+// Or is the duration, or def when the field is unset.
+func (d Duration) Or(def time.Duration) time.Duration {
+	if !d.IsSet() || d.err != nil {
+		return def
+	}
+	return d.d
+}
+
+// PositiveOr is the duration, or def when it is unset or zero.
+func (d Duration) PositiveOr(def time.Duration) time.Duration {
+	if d.d > 0 {
+		return d.d
+	}
+	return def
+}
+
+// check is the field's problem ("" path: none), as parseDuration says it.
+func (d Duration) check(field string) (time.Duration, error) {
+	if d.err != nil {
+		_, err := parseDuration(field, d.raw)
+		return 0, err
+	}
+	return d.d, nil
+}
+
+var _ fmt.Stringer = Duration{}
