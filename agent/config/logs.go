@@ -216,4 +216,3 @@ func (l *Logs) StateDirOr() string {
 	}
 	return l.StateDir
 }
-
