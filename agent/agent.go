@@ -22,6 +22,7 @@ import (
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/entrypoint"
+	"github.com/kolla-agent/kolla-agent/agent/kolla"
 	"github.com/kolla-agent/kolla-agent/agent/render"
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/discovery"
@@ -117,7 +118,7 @@ type session struct {
 	probes *probeRun
 	// rendered is the config the service starts with (run; nil in
 	// sidecar mode).
-	rendered *render.Output
+	rendered *kolla.Output
 }
 
 func (a *Agent) bind(p *Plan) *session { return &session{Agent: a, Plan: p} }
@@ -154,7 +155,7 @@ func (a *Agent) BootstrapCommand(ctx context.Context, p *Plan, args []string) (i
 }
 
 // Render is `kolla-agent render [--check|--dry-run]` (see session.render).
-func (a *Agent) Render(ctx context.Context, p *Plan, mode RenderMode) (*render.KollaConfig, []render.Difference, error) {
+func (a *Agent) Render(ctx context.Context, p *Plan, mode RenderMode) (*kolla.Config, []render.Difference, error) {
 	return a.bind(p).render(ctx, mode)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/kolla"
 	"github.com/kolla-agent/kolla-agent/agent/reload"
 	"github.com/kolla-agent/kolla-agent/agent/render"
 	"github.com/kolla-agent/kolla-agent/bootstrap"
@@ -168,19 +169,19 @@ func (s *session) newReload(h *serviceHandle, health *probes.Health) (*reloadRun
 		return nil, nil
 	}
 	var files []render.File
-	var kolla bool // kolla mode: its config dir is watched too
+	var kollaMode bool // its config dir is watched too
 	if s.rendered != nil {
-		files, kolla = s.rendered.Files(), s.rendered.Kolla != nil
+		files, kollaMode = s.rendered.Files(), s.rendered.Kolla != nil
 	} else {
-		kc, err := s.kolla()
+		kc, err := s.kollaConfig()
 		if err != nil {
 			return nil, err
 		}
-		kolla = kc != nil
+		kollaMode = kc != nil
 	}
 	quiet, maxWait, rescan, verify := cfg.Durations()
 	rr := &reloadRun{s: s, svc: h, cfg: cfg, files: files, health: health}
-	rr.dirs = s.reloadDirs(kolla)
+	rr.dirs = s.reloadDirs(kollaMode)
 	var hostDirs []string
 	for _, d := range rr.dirs {
 		hostDirs = append(hostDirs, s.path(d))
@@ -236,14 +237,14 @@ func (s *session) newReload(h *serviceHandle, health *probes.Health) (*reloadRun
 // reloadDirs: reload.watch, else the kolla config dir (kolla mode) and the
 // volumes of the render sources (the nearest directory with ..data, else
 // the source's own directory).
-func (s *session) reloadDirs(kolla bool) []string {
+func (s *session) reloadDirs(kollaMode bool) []string {
 	c := s.Config
 	if len(c.Reload.Watch) > 0 {
 		return slices.Clone(c.Reload.Watch)
 	}
 	var dirs []string
-	if kolla {
-		dirs = append(dirs, render.KollaConfigDir)
+	if kollaMode {
+		dirs = append(dirs, kolla.ConfigDir)
 	}
 	for _, it := range c.Render {
 		dir := path.Dir(it.Src)

@@ -26,10 +26,10 @@ const (
 	RenderDryRun                   // list what would change
 )
 
-// kolla loads kolla's config.json (or config.yaml) when kolla mode applies:
+// kollaConfig loads kolla's config.json (or config.yaml) when kolla mode applies:
 // no --config, and the file is in the kolla config dir (read through the
 // overlay, if any). Nil when not.
-func (s *session) kolla(overlay ...render.Overlay) (*render.KollaConfig, error) {
+func (s *session) kollaConfig(overlay ...render.Overlay) (*kolla.Config, error) {
 	if s.ExplicitConfig {
 		return nil, nil
 	}
@@ -37,14 +37,14 @@ func (s *session) kolla(overlay ...render.Overlay) (*render.KollaConfig, error) 
 	if len(overlay) > 0 {
 		o = overlay[0]
 	}
-	path, err := render.FindKollaIn(o.Host(s.opts.Root, render.KollaConfigDir))
+	path, err := kolla.FindIn(o.Host(s.opts.Root, kolla.ConfigDir))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
 	case err != nil:
 		return nil, configErr("%v", err)
 	}
-	c, err := render.LoadKolla(path)
+	c, err := kolla.Load(path)
 	if err != nil {
 		return nil, configErr("%v", err)
 	}
@@ -55,8 +55,8 @@ func (s *session) kolla(overlay ...render.Overlay) (*render.KollaConfig, error) 
 // agent.yaml. In check and dry-run modes nothing is written and the
 // differences are returned. The kolla config, if any, is returned for its
 // command.
-func (s *session) render(ctx context.Context, mode RenderMode) (*render.KollaConfig, []render.Difference, error) {
-	var r *render.Output
+func (s *session) render(ctx context.Context, mode RenderMode) (*kolla.Config, []render.Difference, error) {
+	var r *kolla.Output
 	var err error
 	if mode == RenderApply {
 		r, err = s.renderAndCommit(ctx)
@@ -81,7 +81,7 @@ func (s *session) render(ctx context.Context, mode RenderMode) (*render.KollaCon
 // in a directory only the kolla config creates (/etc/keystone in a fresh
 // container). A reload renders everything first (renderConfig): by then
 // the directories exist.
-func (s *session) renderAndCommit(ctx context.Context) (*render.Output, error) {
+func (s *session) renderAndCommit(ctx context.Context) (*kolla.Output, error) {
 	r, err := s.renderConfigWith(ctx, nil, true)
 	if err != nil {
 		return nil, err
@@ -92,7 +92,7 @@ func (s *session) renderAndCommit(ctx context.Context) (*render.Output, error) {
 // renderConfig renders kolla's config.json (kolla mode) and the templates
 // of agent.yaml into memory. An overlay reads the sources of some volumes
 // from the agent's copies of their ConfigMaps.
-func (s *session) renderConfig(ctx context.Context, overlay ...render.Overlay) (*render.Output, error) {
+func (s *session) renderConfig(ctx context.Context, overlay ...render.Overlay) (*kolla.Output, error) {
 	var ov render.Overlay
 	if len(overlay) > 0 {
 		ov = overlay[0]
@@ -100,18 +100,18 @@ func (s *session) renderConfig(ctx context.Context, overlay ...render.Overlay) (
 	return s.renderConfigWith(ctx, ov, false)
 }
 
-func (s *session) renderConfigWith(ctx context.Context, ov render.Overlay, applyKolla bool) (*render.Output, error) {
-	kc, err := s.kolla(ov)
+func (s *session) renderConfigWith(ctx context.Context, ov render.Overlay, applyKolla bool) (*kolla.Output, error) {
+	kc, err := s.kollaConfig(ov)
 	if err != nil {
 		return nil, err
 	}
-	r := &render.Output{Kolla: kc}
+	r := &kolla.Output{Kolla: kc}
 	if kc != nil {
 		strategy := s.env("KOLLA_CONFIG_STRATEGY")
 		if strategy == "" {
 			strategy = "COPY_ALWAYS" // what kolla-kubernetes sets; kolla itself refuses an unset one
 		}
-		if r.Plan, err = render.PlanKolla(kc, render.KollaOptions{Root: s.opts.Root, StateDir: render.DefaultKollaStateDir, Strategy: strategy, Overlay: ov, Logger: s.log}); err != nil {
+		if r.Plan, err = kolla.NewPlan(kc, kolla.Options{Root: s.opts.Root, StateDir: kolla.DefaultStateDir, Strategy: strategy, Overlay: ov, Logger: s.log}); err != nil {
 			return nil, configErr("%v", err)
 		}
 		if applyKolla {
@@ -296,7 +296,7 @@ func (s *session) supervised(sc supervise.Config) (*serviceHandle, error) {
 
 // kollaStart runs kolla's start.sh steps (agent/kolla) as the service's
 // user, in its environment; what the image lacks for them is bad input.
-func (s *session) kollaStart(ctx context.Context, kc *render.KollaConfig, env []string, cred *supervise.Identity) (kolla.Hook, error) {
+func (s *session) kollaStart(ctx context.Context, kc *kolla.Config, env []string, cred *supervise.Identity) (kolla.Hook, error) {
 	s.gate("starting", "running kolla's start hooks")
 	_, skip := s.opts.LookupEnv("KOLLA_SKIP_EXTEND_START")
 	hook, err := kolla.Start(ctx, kolla.StartConfig{Root: s.opts.Root, Command: kc.Command, Env: env, Credential: cred, SkipExtendStart: skip, Logger: s.log})
@@ -327,7 +327,7 @@ func forwarded() []os.Signal {
 // counts, as in kolla's extend_start.sh) and one is configured (oneShot);
 // else the command after --, else run.command, else kolla's config.json
 // command.
-func (s *session) command(kc *render.KollaConfig, args []string) (command []string, oneShot bool, err error) {
+func (s *session) command(kc *kolla.Config, args []string) (command []string, oneShot bool, err error) {
 	run := s.Config.Run
 	pick := func(field, s string) ([]string, error) {
 		words, err := shlex.Split(s)

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/kolla"
 	"github.com/kolla-agent/kolla-agent/agent/render"
 	"github.com/kolla-agent/kolla-agent/probes/ask"
 )
@@ -56,17 +57,17 @@ func Check(o Options, w io.Writer) error {
 		add(err)
 	}
 
-	var kc *render.KollaConfig
+	var kc *kolla.Config
 	kollaPath := o.Kolla
 	if kollaPath == "" {
-		if p, err := render.FindKolla(o.Root); err == nil {
+		if p, err := kolla.Find(o.Root); err == nil {
 			kollaPath = p
 		} else if !errors.Is(err, fs.ErrNotExist) {
 			add(err)
 		}
 	}
 	if kollaPath != "" {
-		if kc, err = render.LoadKolla(kollaPath); err != nil {
+		if kc, err = kolla.Load(kollaPath); err != nil {
 			add(err)
 		}
 	}
@@ -108,7 +109,7 @@ func checkTemplate(root, src, beside string) error {
 }
 
 // summarize writes what the agent would do with cfg, one duty per paragraph.
-func summarize(w io.Writer, source string, c *config.Config, kollaPath string, kc *render.KollaConfig) {
+func summarize(w io.Writer, source string, c *config.Config, kollaPath string, kc *kolla.Config) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("config: %s: valid", source)
 	if kc != nil {

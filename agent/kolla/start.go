@@ -1,6 +1,3 @@
-// Package kolla is what kolla's start.sh does between kolla_set_configs and
-// the exec of the service, which kolla images rely on: /run_command, the
-// custom CA certificates and the image's kolla_extend_start hook.
 package kolla
 
 import (

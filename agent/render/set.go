@@ -43,24 +43,6 @@ type File struct {
 	UID, GID int // -1: left as the process creates it
 }
 
-// Files lists the files the plan's config writes (config_files, files, the
-// image defaults it restores), as wanted, sorted by path. COPY_ONCE after
-// its first copy writes nothing, so lists nothing.
-func (p *KollaPlan) Files() []File {
-	if p.configured {
-		return nil
-	}
-	var out []File
-	for k, n := range p.v.over {
-		if n.role != kollaRoleConfig || n.kind != kollaFile || !n.hasData {
-			continue
-		}
-		out = append(out, File{Path: k, Host: p.v.host(k), Data: n.data, Mode: n.mode, UID: n.uid, GID: n.gid})
-	}
-	sortFiles(out)
-	return out
-}
-
 // TemplateFiles are rendered templates as Files, sorted by path.
 func TemplateFiles(rs []RenderedTemplate) []File {
 	out := make([]File, len(rs))
@@ -77,7 +59,7 @@ func sortFiles(fs []File) { sort.Slice(fs, func(i, j int) bool { return fs[i].Pa
 // renamed over the old one), in order; it stops at the first failure.
 func WriteFiles(files []File) error {
 	for _, f := range files {
-		if err := writeFileAtomic(f.Host, f.Data, f.Mode, f.UID, f.GID); err != nil {
+		if err := WriteFile(f); err != nil {
 			return fmt.Errorf("%s: %w", f.Path, err)
 		}
 	}
@@ -127,54 +109,13 @@ func ReadLive(files []File) []File {
 	return live
 }
 
-// Output is the service's whole config rendered in memory: kolla's plan
-// (nil outside kolla mode) and the templates. Nothing is written until
-// Commit.
-type Output struct {
-	Kolla     *KollaConfig // kolla's config.json; nil outside kolla mode
-	Plan      *KollaPlan
-	Applied   bool // the plan is on disk already
-	Templates []RenderedTemplate
+// Difference is one way the disk differs from the rendered config. What is
+// one of: missing, extra (would be removed), type, content, mode, owner,
+// target (of a symlink). Path is the container's path, not the host's.
+type Difference struct {
+	Path, What, Want, Got string
 }
 
-// Files is every file the config writes, kolla's then the templates'.
-func (o *Output) Files() []File {
-	var out []File
-	if o.Plan != nil {
-		out = o.Plan.Files()
-	}
-	return append(out, TemplateFiles(o.Templates)...)
-}
-
-// Commit writes it: kolla's plan (all or nothing), then the templates,
-// each atomically.
-func (o *Output) Commit() error {
-	if o.Plan != nil && !o.Applied {
-		if err := o.Plan.Apply(); err != nil {
-			return fmt.Errorf("render: %w", err)
-		}
-	}
-	if err := WriteTemplates(o.Templates); err != nil {
-		return fmt.Errorf("render: %w", err)
-	}
-	return nil
-}
-
-// Differences is what differs between the output and the disk (kolla's
-// Check and the templates'), or with dryRun what writing it would change
-// (kolla's Changes).
-func (o *Output) Differences(dryRun bool) ([]Difference, error) {
-	var diffs []Difference
-	var err error
-	switch {
-	case o.Plan == nil:
-	case dryRun:
-		diffs, err = o.Plan.Changes()
-	default:
-		diffs, err = o.Plan.Check()
-	}
-	if err != nil {
-		return nil, err
-	}
-	return append(diffs, CheckTemplates(o.Templates)...), nil
+func (d Difference) String() string {
+	return fmt.Sprintf("%s: %s: want %s, got %s", d.Path, d.What, d.Want, d.Got)
 }

@@ -216,7 +216,7 @@ func WriteTemplates(files []RenderedTemplate) error {
 		if err := os.MkdirAll(filepath.Dir(f.Path), 0o755); err != nil {
 			return fmt.Errorf("render: %s: %w", f.Item.Dest, err)
 		}
-		if err := writeFileAtomic(f.Path, f.Data, f.Mode, f.UID, f.GID); err != nil {
+		if err := WriteFile(File{Host: f.Path, Data: f.Data, Mode: f.Mode, UID: f.UID, GID: f.GID}); err != nil {
 			return fmt.Errorf("render: %s: %w", f.Item.Dest, err)
 		}
 	}
@@ -234,10 +234,10 @@ func CheckTemplates(files []RenderedTemplate) []Difference {
 			continue
 		}
 		if b, err := os.ReadFile(f.Path); err != nil || !bytes.Equal(b, f.Data) {
-			diffs = append(diffs, Difference{Path: f.Item.Dest, What: "content", Want: kollaDigest(f.Data), Got: kollaDigest(b)})
+			diffs = append(diffs, Difference{Path: f.Item.Dest, What: "content", Want: Digest(f.Data), Got: Digest(b)})
 		}
 		if fi.Mode().Perm() != f.Mode.Perm() {
-			diffs = append(diffs, Difference{Path: f.Item.Dest, What: "mode", Want: kollaPermString(f.Mode), Got: kollaPermString(fi.Mode().Perm())})
+			diffs = append(diffs, Difference{Path: f.Item.Dest, What: "mode", Want: PermString(f.Mode), Got: PermString(fi.Mode().Perm())})
 		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && ((f.UID >= 0 && int(st.Uid) != f.UID) || (f.GID >= 0 && int(st.Gid) != f.GID)) {
 			diffs = append(diffs, Difference{Path: f.Item.Dest, What: "owner", Want: fmt.Sprintf("%d:%d", f.UID, f.GID), Got: fmt.Sprintf("%d:%d", st.Uid, st.Gid)})
@@ -251,7 +251,7 @@ func CheckTemplates(files []RenderedTemplate) []Difference {
 func planTemplates(items []TemplateItem, root string) ([]RenderedTemplate, error) {
 	files := make([]RenderedTemplate, len(items))
 	dests := map[string]int{}
-	var db *userDB
+	var db *Owners
 	for i, it := range items {
 		field := func(name string) string { return fmt.Sprintf("render[%d].%s", i, name) }
 		switch {
@@ -284,11 +284,11 @@ func planTemplates(items []TemplateItem, root string) ([]RenderedTemplate, error
 		}
 		if it.Owner != "" {
 			if db == nil {
-				if db, err = loadUserDB(root); err != nil {
+				if db, err = LoadOwners(root); err != nil {
 					return nil, fmt.Errorf("%s: %w", field("owner"), err)
 				}
 			}
-			if f.UID, f.GID, err = db.owner(it.Owner); err != nil {
+			if f.UID, f.GID, err = db.Owner(it.Owner); err != nil {
 				return nil, fmt.Errorf("%s: %w", field("owner"), err)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 	"syscall"
 )
 
-// writeFileAtomic replaces path with data so that a reader sees the old file
+// WriteFile replaces f.Host with f.Data so that a reader sees the old file
 // or the new one, never a part: the data goes to a temporary file in the same
 // directory, which gets its owner and then its mode (chown clears setuid and
 // setgid, so the order matters), is fsync'd, and is renamed over path; the
@@ -17,15 +17,16 @@ import (
 // permission bits and fs.ModeSetuid, fs.ModeSetgid and fs.ModeSticky. A uid
 // or gid of -1 leaves that id as the process creates it. A symlink at path is
 // replaced, never followed. The directory must exist.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode, uid, gid int) error {
-	_, err := replaceFile(path, data, mode, uid, gid)
+func WriteFile(f File) error {
+	_, err := ReplaceFile(f)
 	return err
 }
 
-// replaceFile is writeFileAtomic that also says whether path was replaced,
+// ReplaceFile is WriteFile that also says whether f.Host was replaced,
 // for a caller that undoes its writes: the directory's fsync can fail after
 // the rename.
-func replaceFile(path string, data []byte, mode fs.FileMode, uid, gid int) (renamed bool, err error) {
+func ReplaceFile(file File) (renamed bool, err error) {
+	path, data, mode, uid, gid := file.Host, file.Data, file.Mode, file.UID, file.GID
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -61,11 +62,11 @@ func replaceFile(path string, data []byte, mode fs.FileMode, uid, gid int) (rena
 	if err = os.Rename(tmp, path); err != nil {
 		return false, err
 	}
-	return true, syncDir(dir)
+	return true, SyncDir(dir)
 }
 
 // syncDir makes a rename or a create in dir durable.
-func syncDir(dir string) error {
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package render
+package kolla
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/kolla-agent/kolla-agent/agent/render"
 )
 
 // The plan is computed on a view of the filesystem: what is on disk under
@@ -84,7 +86,7 @@ type kollaNode struct {
 // sources come from the same snapshot).
 type kollaFS struct {
 	root    string
-	overlay Overlay // sources read from the agent's copy of a ConfigMap
+	overlay render.Overlay // sources read from the agent's copy of a ConfigMap
 	over    map[string]*kollaNode
 	kids    map[string]map[string]bool // over's names by parent: a recursive permission walks big trees
 	disk    map[string]kollaNode

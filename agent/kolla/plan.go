@@ -1,4 +1,4 @@
-package render
+package kolla
 
 import (
 	"bytes"
@@ -9,53 +9,45 @@ import (
 	"log/slog"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+
+	"github.com/kolla-agent/kolla-agent/agent/render"
 )
 
-// KollaOptions are PlanKolla's inputs besides the config.
-type KollaOptions struct {
+// Options are NewPlan's inputs besides the config.
+type Options struct {
 	// Root is the directory every absolute path is taken under: sources,
 	// destinations, permission paths, the state directory, /etc/passwd and
 	// /etc/group. "" is "/".
 	Root string
 	// StateDir keeps the image's default files a config replaced, the state
 	// file naming them, and the COPY_ONCE marker; an absolute path inside
-	// Root, DefaultKollaStateDir when empty.
+	// Root, DefaultStateDir when empty.
 	StateDir string
 	// Strategy is KOLLA_CONFIG_STRATEGY: StrategyCopyAlways or
 	// StrategyCopyOnce. Anything else, empty included, is an error.
 	Strategy string
 	// Overlay reads the sources of these container directories from other
 	// directories (reload from the API).
-	Overlay Overlay
+	Overlay render.Overlay
 	Logger  *slog.Logger
 }
 
-// KollaPlan is a resolved, validated config: every owner looked up, every
+// Plan is a resolved, validated config: every owner looked up, every
 // source read, every destination checked, and the operations that bring the
 // disk to the wanted state. Planning changes nothing on disk.
-type KollaPlan struct {
+type Plan struct {
 	name       string
-	opts       KollaOptions
+	opts       Options
 	log        *slog.Logger
 	v          *kollaFS
-	users      *userDB
+	users      *render.Owners
 	ops        []kollaOp
 	marker     string
 	configured bool // COPY_ONCE and the marker exists
 	applied    bool
-}
-
-// Difference is one way the disk differs from the rendered config. What is
-// one of: missing, extra (would be removed), type, content, mode, owner,
-// target (of a symlink). Path is the container's path, not the host's.
-type Difference struct {
-	Path, What, Want, Got string
-}
-
-func (d Difference) String() string {
-	return fmt.Sprintf("%s: %s: want %s, got %s", d.Path, d.What, d.Want, d.Got)
 }
 
 // kollaState is the state file: for each destination a config has written,
@@ -76,11 +68,11 @@ const (
 	kollaNotThere     = "absent"
 )
 
-// PlanKolla resolves and validates everything the config asks for and
+// NewPlan resolves and validates everything the config asks for and
 // computes what applying it would change. Nothing on disk is touched. The
 // error lists every problem found, each naming the entry and the field
 // (config_files[3].owner) and the reason.
-func PlanKolla(cfg *KollaConfig, o KollaOptions) (*KollaPlan, error) {
+func NewPlan(cfg *Config, o Options) (*Plan, error) {
 	if cfg == nil {
 		return nil, errors.New("kolla: no config")
 	}
@@ -107,7 +99,7 @@ func PlanKolla(cfg *KollaConfig, o KollaOptions) (*KollaPlan, error) {
 		return nil, err
 	}
 	if o.StateDir == "" {
-		o.StateDir = DefaultKollaStateDir
+		o.StateDir = DefaultStateDir
 	}
 	if !strings.HasPrefix(o.StateDir, "/") {
 		return nil, fmt.Errorf("kolla state directory %q is not an absolute path", o.StateDir)
@@ -117,11 +109,11 @@ func PlanKolla(cfg *KollaConfig, o KollaOptions) (*KollaPlan, error) {
 	if cfg.validate(ve); len(ve.list) > 0 {
 		return nil, ve.err(name)
 	}
-	users, err := loadUserDB(root)
+	users, err := render.LoadOwners(root)
 	if err != nil {
 		return nil, err
 	}
-	p := &KollaPlan{name: name, opts: o, log: o.Logger, v: newKollaFS(root), users: users}
+	p := &Plan{name: name, opts: o, log: o.Logger, v: newKollaFS(root), users: users}
 	p.v.overlay = o.Overlay
 	pl := &kollaPlanner{p: p, v: p.v, e: &kollaErrs{}}
 	if err := pl.plan(cfg); err != nil {
@@ -138,13 +130,13 @@ func PlanKolla(cfg *KollaConfig, o KollaOptions) (*KollaPlan, error) {
 
 // AlreadyConfigured reports that the strategy is COPY_ONCE and an earlier
 // start has copied the config: Apply does nothing and Changes is empty.
-func (p *KollaPlan) AlreadyConfigured() bool { return p.configured }
+func (p *Plan) AlreadyConfigured() bool { return p.configured }
 
 // kollaPlanner builds the plan's view entry by entry, in kolla's order:
 // restore the defaults a config replaced, create directories and files,
 // copy config_files (backing up what they replace), set permissions.
 type kollaPlanner struct {
-	p        *KollaPlan
+	p        *Plan
 	v        *kollaFS
 	base     *kollaFS // the view after restores: what backups save
 	e        *kollaErrs
@@ -153,14 +145,14 @@ type kollaPlanner struct {
 	changed  bool // state gained entries
 }
 
-func (pl *kollaPlanner) plan(cfg *KollaConfig) error {
+func (pl *kollaPlanner) plan(cfg *Config) error {
 	v, e, o := pl.v, pl.e, pl.p.opts
 
 	// Every owner first: a name the image lacks is the commonest mistake.
 	// An entry whose owner is unknown is still planned (with ids that are
 	// never used: the plan fails) so its other problems are reported too.
 	owner := func(at, s string) [2]int {
-		uid, gid, err := pl.p.users.owner(s)
+		uid, gid, err := pl.p.users.Owner(s)
 		if err != nil {
 			e.add("%s.owner: %s", at, strings.ReplaceAll(err.Error(), "\n", "; "))
 		}
@@ -415,7 +407,7 @@ func (pl *kollaPlanner) mkdirAll(p string, mode fs.FileMode, role kollaRole, ent
 }
 
 // ensure is one entry of directories or files.
-func (pl *kollaPlanner) ensure(at string, k KollaPath, ids [2]int, kind kollaKind) {
+func (pl *kollaPlanner) ensure(at string, k PathEntry, ids [2]int, kind kollaKind) {
 	v, e := pl.v, pl.e
 	r, err := v.resolve(k.Path, true)
 	if err != nil {
@@ -462,7 +454,7 @@ func kollaDirMode(m fs.FileMode) fs.FileMode {
 }
 
 // configFile is one entry of config_files.
-func (pl *kollaPlanner) configFile(at string, f KollaConfigFile, ids [2]int) {
+func (pl *kollaPlanner) configFile(at string, f ConfigFile, ids [2]int) {
 	v, e := pl.v, pl.e
 	src := strings.TrimRight(f.Source, "/")
 	if src == "" {
@@ -533,7 +525,7 @@ func (pl *kollaPlanner) configFile(at string, f KollaConfigFile, ids [2]int) {
 
 // copySource copies one source (file, or directory recursively) to dst, the
 // way kolla's _merge_directories does. The error's field is the one to blame.
-func (pl *kollaPlanner) copySource(at string, f KollaConfigFile, ids [2]int, src, dst string, stack map[string]bool) (string, error) {
+func (pl *kollaPlanner) copySource(at string, f ConfigFile, ids [2]int, src, dst string, stack map[string]bool) (string, error) {
 	v := pl.v
 	lr, err := v.resolve(src, false)
 	if err != nil {
@@ -616,7 +608,7 @@ func (pl *kollaPlanner) copySource(at string, f KollaConfigFile, ids [2]int, src
 }
 
 // permission is one entry of permissions.
-func (pl *kollaPlanner) permission(at string, pr KollaPermission, ids [2]int) {
+func (pl *kollaPlanner) permission(at string, pr Permission, ids [2]int) {
 	v, e := pl.v, pl.e
 	matches, err := v.glob(pr.Path)
 	if err != nil {
@@ -663,7 +655,7 @@ func (pl *kollaPlanner) permission(at string, pr KollaPermission, ids [2]int) {
 // walk applies a recursive permission below dir, never following a
 // symlink: kolla's os.chown follows them, and a link in a log directory
 // would hand its target (/etc/shadow) to the service's user.
-func (pl *kollaPlanner) walk(at string, pr KollaPermission, ids [2]int, dir, spelled string) error {
+func (pl *kollaPlanner) walk(at string, pr Permission, ids [2]int, dir, spelled string) error {
 	names, err := pl.v.readDir(dir)
 	if err != nil {
 		return err
@@ -697,7 +689,7 @@ func (pl *kollaPlanner) walk(at string, pr KollaPermission, ids [2]int, dir, spe
 	return nil
 }
 
-func (pl *kollaPlanner) setAttrs(at, p string, pr KollaPermission, ids [2]int) error {
+func (pl *kollaPlanner) setAttrs(at, p string, pr Permission, ids [2]int) error {
 	nn, err := pl.v.edit(p, kollaRolePerm)
 	if err != nil || nn == nil {
 		return err
@@ -731,4 +723,22 @@ func (v *kollaFS) clone() *kollaFS {
 		}
 	}
 	return &c
+}
+
+// Files lists the files the plan's config writes (config_files, files, the
+// image defaults it restores), as wanted, sorted by path. COPY_ONCE after
+// its first copy writes nothing, so lists nothing.
+func (p *Plan) Files() []render.File {
+	if p.configured {
+		return nil
+	}
+	var out []render.File
+	for k, n := range p.v.over {
+		if n.role != kollaRoleConfig || n.kind != kollaFile || !n.hasData {
+			continue
+		}
+		out = append(out, render.File{Path: k, Host: p.v.host(k), Data: n.data, Mode: n.mode, UID: n.uid, GID: n.gid})
+	}
+	slices.SortFunc(out, func(a, b render.File) int { return strings.Compare(a.Path, b.Path) })
+	return out
 }

@@ -1,8 +1,7 @@
-package render
+package kolla
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"syscall"
+
+	"github.com/kolla-agent/kolla-agent/agent/render"
 )
 
 type kollaOpKind uint8
@@ -33,12 +34,12 @@ type kollaOp struct {
 	old     kollaNode // the disk's entry before
 	oldData []byte    // a file's content before, when rewritten
 	role    kollaRole
-	diffs   []Difference
+	diffs   []render.Difference
 }
 
 // diff compares the plan's view with the disk. Paths are visited in order,
 // so a directory comes before what it holds.
-func (p *KollaPlan) diff() ([]kollaOp, error) {
+func (p *Plan) diff() ([]kollaOp, error) {
 	v := p.v
 	keys := make([]string, 0, len(v.over))
 	for k := range v.over {
@@ -69,23 +70,23 @@ func (p *KollaPlan) diff() ([]kollaOp, error) {
 		if n.kind == kollaAbsent {
 			if d.kind != kollaAbsent {
 				ops = append(ops, kollaOp{kind: kollaOpRemove, path: k, old: d, role: n.role,
-					diffs: []Difference{{k, "extra", "absent", d.kind.String()}}})
+					diffs: []render.Difference{{Path: k, What: "extra", Want: "absent", Got: d.kind.String()}}})
 				removed[k] = true
 			}
 			continue
 		}
-		var first []Difference // what replacing d says, instead of "missing"
+		var first []render.Difference // what replacing d says, instead of "missing"
 		if d.kind != kollaAbsent && d.kind != n.kind {
 			ops = append(ops, kollaOp{kind: kollaOpRemove, path: k, old: d, role: n.role})
 			removed[k] = true
-			first = []Difference{{k, "type", n.kind.String(), d.kind.String()}}
+			first = []render.Difference{{Path: k, What: "type", Want: n.kind.String(), Got: d.kind.String()}}
 			d = kollaNode{kind: kollaAbsent}
 		}
-		missing := func() []Difference {
+		missing := func() []render.Difference {
 			if first != nil {
 				return first
 			}
-			return []Difference{{k, "missing", p.describe(n), "absent"}}
+			return []render.Difference{{Path: k, What: "missing", Want: p.describe(n), Got: "absent"}}
 		}
 		op := kollaOp{path: k, want: n, old: d, role: n.role}
 		switch n.kind {
@@ -109,7 +110,7 @@ func (p *KollaPlan) diff() ([]kollaOp, error) {
 				op.kind, op.oldData, op.diffs = kollaOpAttrs, old, p.attrDiffs(k, n, d)
 				if !bytes.Equal(old, n.data) {
 					op.kind = kollaOpWrite
-					op.diffs = append([]Difference{{k, "content", kollaDigest(n.data), kollaDigest(old)}}, op.diffs...)
+					op.diffs = append([]render.Difference{{Path: k, What: "content", Want: render.Digest(n.data), Got: render.Digest(old)}}, op.diffs...)
 				}
 			}
 		case kollaLink:
@@ -117,7 +118,7 @@ func (p *KollaPlan) diff() ([]kollaOp, error) {
 			case d.kind == kollaAbsent:
 				op.kind, op.diffs = kollaOpLink, missing()
 			case d.target != n.target:
-				op.kind, op.diffs = kollaOpLink, []Difference{{k, "target", n.target, d.target}}
+				op.kind, op.diffs = kollaOpLink, []render.Difference{{Path: k, What: "target", Want: n.target, Got: d.target}}
 				op.diffs = append(op.diffs, p.attrDiffs(k, n, d)...)
 			default:
 				op.kind, op.diffs = kollaOpAttrs, p.attrDiffs(k, n, d)
@@ -145,7 +146,7 @@ func (p *KollaPlan) diff() ([]kollaOp, error) {
 					return nil, err
 				}
 				ops = append(ops, kollaOp{kind: kollaOpRemove, path: c, old: cd, role: n.role,
-					diffs: []Difference{{c, "extra", "absent", cd.kind.String()}}})
+					diffs: []render.Difference{{Path: c, What: "extra", Want: "absent", Got: cd.kind.String()}}})
 				removed[c] = true
 			}
 		}
@@ -153,32 +154,25 @@ func (p *KollaPlan) diff() ([]kollaOp, error) {
 	return ops, nil
 }
 
-func (p *KollaPlan) attrDiffs(k string, want, got kollaNode) []Difference {
-	var out []Difference
+func (p *Plan) attrDiffs(k string, want, got kollaNode) []render.Difference {
+	var out []render.Difference
 	if want.kind != kollaLink && want.mode != got.mode {
-		out = append(out, Difference{k, "mode", kollaPermString(want.mode), kollaPermString(got.mode)})
+		out = append(out, render.Difference{Path: k, What: "mode", Want: render.PermString(want.mode), Got: render.PermString(got.mode)})
 	}
 	if want.uid != got.uid || want.gid != got.gid {
-		out = append(out, Difference{k, "owner", p.users.ownerName(want.uid, want.gid), p.users.ownerName(got.uid, got.gid)})
+		out = append(out, render.Difference{Path: k, What: "owner", Want: p.users.Name(want.uid, want.gid), Got: p.users.Name(got.uid, got.gid)})
 	}
 	return out
 }
 
-func (p *KollaPlan) describe(n kollaNode) string {
+func (p *Plan) describe(n kollaNode) string {
 	switch n.kind {
 	case kollaLink:
 		return "symlink to " + n.target
 	case kollaFile:
-		return fmt.Sprintf("file %s %s, %s", kollaPermString(n.mode), p.users.ownerName(n.uid, n.gid), kollaDigest(n.data))
+		return fmt.Sprintf("file %s %s, %s", render.PermString(n.mode), p.users.Name(n.uid, n.gid), render.Digest(n.data))
 	}
-	return fmt.Sprintf("%s %s %s", n.kind, kollaPermString(n.mode), p.users.ownerName(n.uid, n.gid))
-}
-
-// kollaDigest names a content in a difference without printing it (config
-// files hold passwords).
-func kollaDigest(b []byte) string {
-	sum := sha256.Sum256(b)
-	return fmt.Sprintf("sha256:%x (%d bytes)", sum[:6], len(b))
+	return fmt.Sprintf("%s %s %s", n.kind, render.PermString(n.mode), p.users.Name(n.uid, n.gid))
 }
 
 // Check reports how the disk differs from what the config renders: every
@@ -189,8 +183,8 @@ func kollaDigest(b []byte) string {
 // files' modes would be reported forever. Empty means in sync. Unlike
 // kolla's --check, a perm written "600", preserve_properties entries and
 // directories with subdirectories are compared correctly.
-func (p *KollaPlan) Check() ([]Difference, error) {
-	var out []Difference
+func (p *Plan) Check() ([]render.Difference, error) {
+	var out []render.Difference
 	for _, op := range p.ops {
 		switch op.role {
 		case kollaRoleConfig:
@@ -208,18 +202,18 @@ func (p *KollaPlan) Check() ([]Difference, error) {
 
 // Changes lists what Apply would change, state files included: the dry run.
 // Empty when COPY_ONCE has already copied.
-func (p *KollaPlan) Changes() ([]Difference, error) {
+func (p *Plan) Changes() ([]render.Difference, error) {
 	if p.configured {
 		return nil, nil
 	}
-	var out []Difference
+	var out []render.Difference
 	for _, op := range p.ops {
 		out = append(out, op.diffs...)
 	}
 	return kollaSortDiffs(out), nil
 }
 
-func kollaSortDiffs(d []Difference) []Difference {
+func kollaSortDiffs(d []render.Difference) []render.Difference {
 	sort.SliceStable(d, func(i, j int) bool { return d[i].Path < d[j].Path })
 	return d
 }
@@ -229,7 +223,7 @@ func kollaSortDiffs(d []Difference) []Difference {
 // last and deepest first so a restrictive mode never blocks what goes
 // inside. If a step fails, what was done is undone in reverse order and the
 // error says whether that worked. A plan applies once.
-func (p *KollaPlan) Apply() error {
+func (p *Plan) Apply() error {
 	if p.applied {
 		return errors.New("kolla: plan already applied")
 	}
@@ -319,7 +313,7 @@ func (tx *kollaTx) run(ops []kollaOp) error {
 		}
 	}
 	for d := range tx.dirs {
-		if err := syncDir(d); err != nil {
+		if err := render.SyncDir(d); err != nil {
 			return err
 		}
 	}
@@ -374,7 +368,7 @@ func (tx *kollaTx) write(op kollaOp) error {
 		err = kollaSymlinkAtomic(h, w.target, w.uid, w.gid)
 		renamed = err == nil
 	} else {
-		renamed, err = replaceFile(h, w.data, w.mode, w.uid, w.gid)
+		renamed, err = render.ReplaceFile(render.File{Host: h, Data: w.data, Mode: w.mode, UID: w.uid, GID: w.gid})
 	}
 	if renamed {
 		tx.touched(h)
@@ -383,7 +377,7 @@ func (tx *kollaTx) write(op kollaOp) error {
 			case kept != "":
 				return os.Rename(kept, h)
 			case old.kind == kollaFile:
-				return writeFileAtomic(h, oldData, old.mode, old.uid, old.gid)
+				return render.WriteFile(render.File{Host: h, Data: oldData, Mode: old.mode, UID: old.uid, GID: old.gid})
 			case old.kind == kollaLink:
 				return kollaSymlinkAtomic(h, old.target, old.uid, old.gid)
 			}

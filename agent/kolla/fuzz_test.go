@@ -1,4 +1,4 @@
-package render
+package kolla
 
 import (
 	"io/fs"
@@ -34,17 +34,17 @@ func fuzzRoot(f *testing.F) string {
 	}
 	w("/etc/passwd", ktPasswd)
 	w("/etc/group", ktGroup)
-	cm := KollaConfigDir + "/..2024_05_01_12_00_00.1"
+	cm := ConfigDir + "/..2024_05_01_12_00_00.1"
 	w(cm+"/keystone.conf", keystoneConf)
 	w(cm+"/policy.yaml", novaPolicy)
 	w(cm+"/domains/a.conf", keystoneLDAP)
 	w(cm+"/ceph.conf", cephConf)
-	l(KollaConfigDir+"/..data", filepath.Base(cm))
+	l(ConfigDir+"/..data", filepath.Base(cm))
 	for _, n := range []string{"keystone.conf", "policy.yaml", "domains", "ceph.conf"} {
-		l(KollaConfigDir+"/"+n, "..data/"+n)
+		l(ConfigDir+"/"+n, "..data/"+n)
 	}
-	l(KollaConfigDir+"/loop", ".")
-	l(KollaConfigDir+"/escape", "../../../../../..")
+	l(ConfigDir+"/loop", ".")
+	l(ConfigDir+"/escape", "../../../../../..")
 	l("/etc/keystone", "../../..")
 	w("/etc/nova/nova.conf", "packaged\n")
 	w("/var/log/kolla/nova/nova-api.log", "")
@@ -62,9 +62,9 @@ func fuzzRoot(f *testing.F) string {
 	return root
 }
 
-// FuzzLoadKolla: no input panics the parser or the planner; an accepted
+// FuzzLoad: no input panics the parser or the planner; an accepted
 // config plans or fails with an error that names the file.
-func FuzzLoadKolla(f *testing.F) {
+func FuzzLoad(f *testing.F) {
 	for _, s := range []string{keystoneJSON, glanceJSON, novaJSON, neutronJSON, mariadbJSON, horizonJSON,
 		`{"command": "memcached", "config_files": []}`,
 		`{}`, `[]`, `null`, `{"command": ""}`,
@@ -83,7 +83,7 @@ func FuzzLoadKolla(f *testing.F) {
 		if yaml {
 			name = "config.yaml"
 		}
-		cfg, err := ParseKolla(name, data)
+		cfg, err := Parse(name, data)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), name) {
 				t.Fatalf("error does not name the file: %v", err)
@@ -93,7 +93,7 @@ func FuzzLoadKolla(f *testing.F) {
 		if strings.TrimSpace(cfg.Command) == "" {
 			t.Fatal("accepted a config without a command")
 		}
-		p, err := PlanKolla(cfg, KollaOptions{Root: root, Strategy: StrategyCopyAlways})
+		p, err := NewPlan(cfg, Options{Root: root, Strategy: StrategyCopyAlways})
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), name+": ") {
 				t.Fatalf("plan error does not name the file: %v", err)
@@ -105,54 +105,6 @@ func FuzzLoadKolla(f *testing.F) {
 		}
 		if _, err := p.Changes(); err != nil {
 			t.Fatal(err)
-		}
-	})
-}
-
-// FuzzParsePerm: an accepted mode has only permission and special bits and
-// reads back the same from its display and with a 0o prefix.
-func FuzzParsePerm(f *testing.F) {
-	for _, s := range []string{"0600", "600", "2775", "0o600", "0O7777", "0800", "", "0o", "00000600", "-1", "0x1ff"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		m, err := ParsePerm(s)
-		if err != nil {
-			return
-		}
-		if m&^(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
-			t.Fatalf("ParsePerm(%q) = %v: bits beyond a mode", s, m)
-		}
-		for _, again := range []string{kollaPermString(m), "0o" + kollaPermString(m), strings.TrimLeft(kollaPermString(m), "0")} {
-			if again == "" {
-				again = "0"
-			}
-			if m2, err := ParsePerm(again); err != nil || m2 != m {
-				t.Fatalf("ParsePerm(%q) = %v, but ParsePerm(%q) = %v, %v", s, m, again, m2, err)
-			}
-		}
-	})
-}
-
-// FuzzParseOwner: an accepted owner has a user and a group without a colon,
-// "user" means user:user, and user:group reads back the same.
-func FuzzParseOwner(f *testing.F) {
-	for _, s := range []string{"nova", "nova:", "nova:kolla", "42436:42400", ":", "a:b:c", "", "no va", "ü:ß"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		u, g, err := ParseOwner(s)
-		if err != nil {
-			return
-		}
-		if u == "" || g == "" || strings.Contains(u, ":") || strings.Contains(g, ":") {
-			t.Fatalf("ParseOwner(%q) = %q, %q", s, u, g)
-		}
-		if !strings.Contains(s, ":") && g != u {
-			t.Fatalf("ParseOwner(%q): group %q, want the user", s, g)
-		}
-		if u2, g2, err := ParseOwner(u + ":" + g); err != nil || u2 != u || g2 != g {
-			t.Fatalf("ParseOwner(%q) = %q, %q, but %q:%q reads %q, %q, %v", s, u, g, u, g, u2, g2, err)
 		}
 	})
 }

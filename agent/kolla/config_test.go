@@ -1,4 +1,4 @@
-package render
+package kolla
 
 import (
 	"errors"
@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kolla-agent/kolla-agent/agent/render"
 )
 
 // Ids as kolla's images assign them.
@@ -115,7 +117,7 @@ func ktAttrs(t *testing.T, h string, mode fs.FileMode, uid, gid int) {
 // top-level name. A key with a "/" is an item with a path.
 func ktConfigMap(t *testing.T, root string, files map[string]string) {
 	t.Helper()
-	dir := filepath.Join(root, KollaConfigDir)
+	dir := filepath.Join(root, ConfigDir)
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -125,42 +127,42 @@ func ktConfigMap(t *testing.T, root string, files map[string]string) {
 		ktPut(t, filepath.Join(dir, ts), k, v, 0o644, 0, 0)
 		top[strings.SplitN(k, "/", 2)[0]] = true
 	}
-	ktLink(t, root, KollaConfigDir+"/..data", ts)
+	ktLink(t, root, ConfigDir+"/..data", ts)
 	for name := range top {
-		ktLink(t, root, KollaConfigDir+"/"+name, "..data/"+name)
+		ktLink(t, root, ConfigDir+"/"+name, "..data/"+name)
 	}
 }
 
 // ktCMPath is a file's path inside the ConfigMap's current snapshot.
 func ktCMPath(t *testing.T, root, key string) string {
 	t.Helper()
-	ts, err := os.Readlink(filepath.Join(root, KollaConfigDir, "..data"))
+	ts, err := os.Readlink(filepath.Join(root, ConfigDir, "..data"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(root, KollaConfigDir, ts, key)
+	return filepath.Join(root, ConfigDir, ts, key)
 }
 
-func ktOptions(root, strategy string) KollaOptions {
-	return KollaOptions{Root: root, Strategy: strategy}
+func ktOptions(root, strategy string) Options {
+	return Options{Root: root, Strategy: strategy}
 }
 
 // ktPlan loads the config the way the agent finds it and plans it.
-func ktPlan(t *testing.T, root, strategy string) (*KollaConfig, *KollaPlan, error) {
+func ktPlan(t *testing.T, root, strategy string) (*Config, *Plan, error) {
 	t.Helper()
-	path, err := FindKolla(root)
+	path, err := Find(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadKolla(path)
+	cfg, err := Load(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	p, err := PlanKolla(cfg, ktOptions(root, strategy))
+	p, err := NewPlan(cfg, ktOptions(root, strategy))
 	return cfg, p, err
 }
 
-func ktApply(t *testing.T, root string) *KollaConfig {
+func ktApply(t *testing.T, root string) *Config {
 	t.Helper()
 	cfg, p, err := ktPlan(t, root, StrategyCopyAlways)
 	if err != nil {
@@ -212,7 +214,7 @@ func ktCheckTree(t *testing.T, root string, wants map[string]ktWant) {
 			continue
 		}
 		if w.kind != "link" && got.mode != w.mode {
-			t.Errorf("%s: mode %s, want %s", p, kollaPermString(got.mode), kollaPermString(w.mode))
+			t.Errorf("%s: mode %s, want %s", p, render.PermString(got.mode), render.PermString(w.mode))
 		}
 		if w.kind != "link" && (got.uid != w.uid || got.gid != w.gid) {
 			t.Errorf("%s: owner %d:%d, want %d:%d", p, got.uid, got.gid, w.uid, w.gid)
@@ -314,7 +316,7 @@ func ktSameTree(t *testing.T, before, after map[string]ktEntry) {
 	}
 }
 
-func ktNoDiffs(t *testing.T, what string, d []Difference, err error) {
+func ktNoDiffs(t *testing.T, what string, d []render.Difference, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -1029,7 +1031,7 @@ func TestKollaCopyOnce(t *testing.T) {
 	}
 }
 
-func ktHasDiff(ds []Difference, path, what string) bool {
+func ktHasDiff(ds []render.Difference, path, what string) bool {
 	for _, d := range ds {
 		if d.Path == path && d.What == what {
 			return true
@@ -1297,16 +1299,16 @@ func TestKollaBadInput(t *testing.T) {
 
 func TestKollaStrategy(t *testing.T) {
 	root := keystoneImage(t)
-	path, err := FindKolla(root)
+	path, err := Find(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadKolla(path)
+	cfg, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"", "COPY_SOMETIMES", "copy_always"} {
-		if _, err := PlanKolla(cfg, ktOptions(root, s)); err == nil || !strings.Contains(err.Error(), "KOLLA_CONFIG_STRATEGY") {
+		if _, err := NewPlan(cfg, ktOptions(root, s)); err == nil || !strings.Contains(err.Error(), "KOLLA_CONFIG_STRATEGY") {
 			t.Errorf("strategy %q: %v", s, err)
 		}
 	}
@@ -1355,11 +1357,11 @@ func TestKollaRollbackMidWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sd := filepath.Join(root, DefaultKollaStateDir)
+	sd := filepath.Join(root, DefaultStateDir)
 	if err := os.Rename(sd, sd+".moved"); err != nil {
 		t.Fatal(err)
 	}
-	ktPut(t, root, DefaultKollaStateDir, "", 0o600, 0, 0)
+	ktPut(t, root, DefaultStateDir, "", 0o600, 0, 0)
 	before := ktSnapshot(t, filepath.Dir(root))
 	err = p.Apply()
 	if err == nil || !strings.Contains(err.Error(), "every change was rolled back") {
@@ -1424,17 +1426,17 @@ func ktRead(t *testing.T, p string) string {
 
 func TestFindKolla(t *testing.T) {
 	root := t.TempDir()
-	if _, err := FindKolla(root); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := Find(root); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("empty: %v", err)
 	}
-	dir := filepath.Join(root, KollaConfigDir)
+	dir := filepath.Join(root, ConfigDir)
 	os.MkdirAll(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "config.yaml"), []byte("command: x\n"), 0o644)
-	if p, err := FindKolla(root); err != nil || filepath.Base(p) != "config.yaml" {
+	if p, err := Find(root); err != nil || filepath.Base(p) != "config.yaml" {
 		t.Errorf("yaml: %q %v", p, err)
 	}
 	os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"command": "x"}`), 0o644)
-	if _, err := FindKolla(root); err == nil {
+	if _, err := Find(root); err == nil {
 		t.Error("both config.json and config.yaml: no error")
 	}
 }
@@ -1447,14 +1449,14 @@ func TestParsePerm(t *testing.T) {
 		"7777": fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky | 0o777,
 	}
 	for s, w := range good {
-		m, err := ParsePerm(s)
+		m, err := render.ParsePerm(s)
 		if err != nil || m != w {
-			t.Errorf("ParsePerm(%q) = %v, %v; want %v", s, m, err, w)
+			t.Errorf("render.ParsePerm(%q) = %v, %v; want %v", s, m, err, w)
 		}
 	}
 	for _, s := range []string{"", "0800", "8", "0o", "0x600", "-600", " 600", "600 ", "10000", "0o10000", "rw-------", "0o-1", "6OO"} {
-		if m, err := ParsePerm(s); err == nil {
-			t.Errorf("ParsePerm(%q) = %v, want an error", s, m)
+		if m, err := render.ParsePerm(s); err == nil {
+			t.Errorf("render.ParsePerm(%q) = %v, want an error", s, m)
 		}
 	}
 }
@@ -1465,57 +1467,57 @@ func TestParseOwner(t *testing.T) {
 		"42436": {"42436", "42436"}, "0:0": {"0", "0"},
 	}
 	for s, w := range good {
-		u, g, err := ParseOwner(s)
+		u, g, err := render.ParseOwner(s)
 		if err != nil || u != w[0] || g != w[1] {
-			t.Errorf("ParseOwner(%q) = %q, %q, %v; want %v", s, u, g, err, w)
+			t.Errorf("render.ParseOwner(%q) = %q, %q, %v; want %v", s, u, g, err, w)
 		}
 	}
 	for _, s := range []string{"", ":", ":kolla", "a:b:c", "no va", "nova:\tkolla", "a/b"} {
-		if _, _, err := ParseOwner(s); err == nil {
-			t.Errorf("ParseOwner(%q): no error", s)
+		if _, _, err := render.ParseOwner(s); err == nil {
+			t.Errorf("render.ParseOwner(%q): no error", s)
 		}
 	}
 }
 
 func TestUserDB(t *testing.T) {
 	root := t.TempDir()
-	db, err := loadUserDB(root)
+	db, err := render.LoadOwners(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := db.owner("nova"); err == nil || !strings.Contains(err.Error(), "no /etc/passwd") {
+	if _, _, err := db.Owner("nova"); err == nil || !strings.Contains(err.Error(), "no /etc/passwd") {
 		t.Errorf("no passwd: %v", err)
 	}
-	if u, g, err := db.owner("42:43"); err != nil || u != 42 || g != 43 {
+	if u, g, err := db.Owner("42:43"); err != nil || u != 42 || g != 43 {
 		t.Errorf("numeric without files: %d %d %v", u, g, err)
 	}
 	ktPut(t, root, "/etc/passwd", ktPasswd+"nova:x:1:1::/:/bin/false\n", 0o644, os.Geteuid(), os.Getegid())
 	ktPut(t, root, "/etc/group", ktGroup+"# trailing comment\n\n", 0o644, os.Geteuid(), os.Getegid())
-	if db, err = loadUserDB(root); err != nil {
+	if db, err = render.LoadOwners(root); err != nil {
 		t.Fatal(err)
 	}
-	if u, g, err := db.owner("nova:kolla"); err != nil || u != novaID || g != kollaGID {
+	if u, g, err := db.Owner("nova:kolla"); err != nil || u != novaID || g != kollaGID {
 		t.Errorf("nova:kolla = %d:%d %v (the first entry wins)", u, g, err)
 	}
-	if s := db.ownerName(novaID, kollaGID); s != "nova:kolla (42436:42400)" {
+	if s := db.Name(novaID, kollaGID); s != "nova:kolla (42436:42400)" {
 		t.Errorf("ownerName: %s", s)
 	}
-	if s := db.ownerName(7, 8); s != "7:8 (7:8)" {
+	if s := db.Name(7, 8); s != "7:8 (7:8)" {
 		t.Errorf("ownerName of unknown ids: %s", s)
 	}
 }
 
 func TestKollaParseYAMLNumbers(t *testing.T) {
 	// YAML reads an unquoted 0600 as the number 384: refused, not misread.
-	_, err := ParseKolla("config.yaml", []byte("command: x\nconfig_files:\n  - source: /a\n    dest: /b\n    owner: nova\n    perm: 0600\n"))
+	_, err := Parse("config.yaml", []byte("command: x\nconfig_files:\n  - source: /a\n    dest: /b\n    owner: nova\n    perm: 0600\n"))
 	if err == nil || !strings.Contains(err.Error(), "config_files[0].perm: want a string") {
 		t.Errorf("unquoted YAML perm: %v", err)
 	}
-	_, err = ParseKolla("config.yaml", []byte("command: x\ncommand: y\n"))
+	_, err = Parse("config.yaml", []byte("command: x\ncommand: y\n"))
 	if err == nil {
 		t.Error("repeated YAML key: no error")
 	}
-	_, err = ParseKolla("config.json", []byte(`{"command": "x", "command": "y"}`))
+	_, err = Parse("config.json", []byte(`{"command": "x", "command": "y"}`))
 	if err == nil || !strings.Contains(err.Error(), "command: given twice") {
 		t.Errorf("repeated JSON key: %v", err)
 	}
@@ -1561,15 +1563,15 @@ func TestKollaApplyIsIdempotent(t *testing.T) {
 	ktSameTree(t, before, ktSnapshot(t, filepath.Dir(root)))
 }
 
-// TestKollaConfigBuiltInCode: PlanKolla holds a config built or changed in
+// TestKollaConfigBuiltInCode: NewPlan holds a config built or changed in
 // code to the rules a loaded one meets.
 func TestKollaConfigBuiltInCode(t *testing.T) {
 	root := ktRoot(t)
 	ktConfigMap(t, root, map[string]string{"nova.conf": novaConf})
-	cfg := &KollaConfig{Command: "nova-api", ConfigFiles: []KollaConfigFile{{
+	cfg := &Config{Command: "nova-api", ConfigFiles: []ConfigFile{{
 		Source: "/var/lib/kolla/config_files/nova.conf", Dest: "/etc/nova/nova.conf", Owner: "nova", Perm: "0640",
 	}}}
-	p, err := PlanKolla(cfg, ktOptions(root, StrategyCopyAlways))
+	p, err := NewPlan(cfg, ktOptions(root, StrategyCopyAlways))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1579,8 +1581,8 @@ func TestKollaConfigBuiltInCode(t *testing.T) {
 	ktCheckTree(t, root, map[string]ktWant{"/etc/nova/nova.conf": ktFile(novaConf, 0o640, novaID, novaID)})
 
 	cfg.ConfigFiles[0].Perm = "0999"
-	cfg.Permissions = []KollaPermission{{Path: "/var/log", Owner: "nova", Exclude: []string{"x"}}}
-	_, err = PlanKolla(cfg, ktOptions(root, StrategyCopyAlways))
+	cfg.Permissions = []Permission{{Path: "/var/log", Owner: "nova", Exclude: []string{"x"}}}
+	_, err = NewPlan(cfg, ktOptions(root, StrategyCopyAlways))
 	for _, w := range []string{`config.json: config_files[0].perm: "0999" is not an octal mode`, "permissions[0].exclude: only applies with recurse"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("error does not say %q: %v", w, err)

@@ -1,4 +1,4 @@
-package render
+package kolla
 
 import (
 	"bytes"
@@ -13,43 +13,43 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"sort"
-	"strconv"
 	"strings"
-	"unicode"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/kolla-agent/kolla-agent/agent/render"
 )
 
 // Paths and values of kolla's contract.
 const (
-	// KollaConfigDir is where kolla-kubernetes mounts a service's ConfigMap,
+	// ConfigDir is where kolla-kubernetes mounts a service's ConfigMap,
 	// config.json included.
-	KollaConfigDir = "/var/lib/kolla/config_files"
-	// DefaultKollaStateDir keeps the image's default files that a config
+	ConfigDir = "/var/lib/kolla/config_files"
+	// DefaultStateDir keeps the image's default files that a config
 	// replaced, the state file naming them, and the COPY_ONCE marker.
-	DefaultKollaStateDir = "/var/lib/kolla-agent"
+	DefaultStateDir = "/var/lib/kolla-agent"
 	// StrategyCopyAlways and StrategyCopyOnce are KOLLA_CONFIG_STRATEGY's
 	// two values.
 	StrategyCopyAlways = "COPY_ALWAYS"
 	StrategyCopyOnce   = "COPY_ONCE"
 )
 
-// KollaConfig is kolla's config.json: the service's command and what to copy
+// Config is kolla's config.json: the service's command and what to copy
 // where before starting it. A config that loads is well formed; whether its
-// owners, sources and destinations exist is PlanKolla's business.
-type KollaConfig struct {
+// owners, sources and destinations exist is NewPlan's business.
+type Config struct {
 	// Command is the service's command line, for the caller to split the way
 	// a shell splits words.
-	Command     string            `json:"command"`
-	ConfigFiles []KollaConfigFile `json:"config_files,omitempty"`
-	Directories []KollaPath       `json:"directories,omitempty"`
-	Files       []KollaPath       `json:"files,omitempty"`
-	Permissions []KollaPermission `json:"permissions,omitempty"`
-	name        string            // the file, for errors
+	Command     string       `json:"command"`
+	ConfigFiles []ConfigFile `json:"config_files,omitempty"`
+	Directories []PathEntry  `json:"directories,omitempty"`
+	Files       []PathEntry  `json:"files,omitempty"`
+	Permissions []Permission `json:"permissions,omitempty"`
+	name        string       // the file, for errors
 }
 
-// KollaConfigFile is one entry of config_files.
-type KollaConfigFile struct {
+// ConfigFile is one entry of config_files.
+type ConfigFile struct {
 	// Source is a glob (Python's rules: "*" does not match a leading dot).
 	Source string `json:"source"`
 	// Dest is the destination; a trailing "/" copies each source into
@@ -72,10 +72,10 @@ type KollaConfigFile struct {
 	mode fs.FileMode
 }
 
-// KollaPath is one entry of directories or files: created when missing,
+// PathEntry is one entry of directories or files: created when missing,
 // given its owner and mode in every case. kolla has no such sections (its
 // images create these paths in extend_start scripts); they are the agent's.
-type KollaPath struct {
+type PathEntry struct {
 	Path  string `json:"path"`
 	Owner string `json:"owner"`
 	Perm  string `json:"perm"`
@@ -83,10 +83,10 @@ type KollaPath struct {
 	mode fs.FileMode
 }
 
-// KollaPermission is one entry of permissions: owner (and mode, when set)
+// Permission is one entry of permissions: owner (and mode, when set)
 // for every path the glob matches, and with Recurse for everything below,
 // except what an Exclude regex matches.
-type KollaPermission struct {
+type Permission struct {
 	Path    string `json:"path"`
 	Owner   string `json:"owner"`
 	Perm    string `json:"perm,omitempty"`
@@ -99,16 +99,16 @@ type KollaPermission struct {
 	excludes []*regexp.Regexp
 }
 
-// FindKolla returns the kolla config in KollaConfigDir under root:
+// Find returns the kolla config in ConfigDir under root:
 // config.json, or config.yaml (or .yml). The error wraps fs.ErrNotExist when
 // there is none, so the caller can fall back to another mode.
-func FindKolla(root string) (string, error) {
-	return FindKollaIn(filepath.Join(root, KollaConfigDir))
+func Find(root string) (string, error) {
+	return FindIn(filepath.Join(root, ConfigDir))
 }
 
-// FindKollaIn is FindKolla in dir, the kolla config dir as this host sees
+// FindIn is Find in dir, the kolla config dir as this host sees
 // it.
-func FindKollaIn(dir string) (string, error) {
+func FindIn(dir string) (string, error) {
 	var found []string
 	for _, n := range []string{"config.json", "config.yaml", "config.yml"} {
 		p := filepath.Join(dir, n)
@@ -120,11 +120,11 @@ func FindKollaIn(dir string) (string, error) {
 	}
 	switch len(found) {
 	case 0:
-		return "", fmt.Errorf("no config.json or config.yaml in %s: %w", KollaConfigDir, fs.ErrNotExist)
+		return "", fmt.Errorf("no config.json or config.yaml in %s: %w", ConfigDir, fs.ErrNotExist)
 	case 1:
 		return found[0], nil
 	}
-	return "", fmt.Errorf("%s: more than one kolla config (%s): keep one", KollaConfigDir, strings.Join(kollaBaseNames(found), ", "))
+	return "", fmt.Errorf("%s: more than one kolla config (%s): keep one", ConfigDir, strings.Join(kollaBaseNames(found), ", "))
 }
 
 func kollaBaseNames(ps []string) []string {
@@ -135,22 +135,22 @@ func kollaBaseNames(ps []string) []string {
 	return out
 }
 
-// LoadKolla reads and validates a kolla config: JSON, or YAML when the name
+// Load reads and validates a kolla config: JSON, or YAML when the name
 // ends in .yaml or .yml.
-func LoadKolla(path string) (*KollaConfig, error) {
+func Load(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	return ParseKolla(path, b)
+	return Parse(path, b)
 }
 
-// ParseKolla decodes and validates a kolla config; name is used in errors and
+// Parse decodes and validates a kolla config; name is used in errors and
 // chooses YAML when it ends in .yaml or .yml. Unknown and repeated fields are
 // errors, field names are matched exactly (kolla's Python does), and every
 // problem found is reported, each naming the entry and the field
 // (config_files[3].perm).
-func ParseKolla(name string, b []byte) (*KollaConfig, error) {
+func Parse(name string, b []byte) (*Config, error) {
 	if ext := strings.ToLower(filepath.Ext(name)); ext == ".yaml" || ext == ".yml" {
 		j, err := yaml.YAMLToJSONStrict(b)
 		if err != nil {
@@ -166,7 +166,7 @@ func ParseKolla(name string, b []byte) (*KollaConfig, error) {
 		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	c := &KollaConfig{name: name}
+	c := &Config{name: name}
 	e := &kollaErrs{}
 	var files, dirs, plain, perms []json.RawMessage
 	kollaDecodeObject(e, "", top, map[string]any{
@@ -177,7 +177,7 @@ func ParseKolla(name string, b []byte) (*KollaConfig, error) {
 		"permissions":  &perms,
 	})
 	for i, raw := range files {
-		var f KollaConfigFile
+		var f ConfigFile
 		kollaDecodeObject(e, fmt.Sprintf("config_files[%d]", i), raw, map[string]any{
 			"source":              &f.Source,
 			"dest":                &f.Dest,
@@ -189,10 +189,10 @@ func ParseKolla(name string, b []byte) (*KollaConfig, error) {
 		})
 		c.ConfigFiles = append(c.ConfigFiles, f)
 	}
-	pathEntries := func(section string, raws []json.RawMessage) []KollaPath {
-		var out []KollaPath
+	pathEntries := func(section string, raws []json.RawMessage) []PathEntry {
+		var out []PathEntry
 		for i, raw := range raws {
-			var p KollaPath
+			var p PathEntry
 			kollaDecodeObject(e, fmt.Sprintf("%s[%d]", section, i), raw, map[string]any{
 				"path": &p.Path, "owner": &p.Owner, "perm": &p.Perm,
 			})
@@ -203,7 +203,7 @@ func ParseKolla(name string, b []byte) (*KollaConfig, error) {
 	c.Directories = pathEntries("directories", dirs)
 	c.Files = pathEntries("files", plain)
 	for i, raw := range perms {
-		var p KollaPermission
+		var p Permission
 		kollaDecodeObject(e, fmt.Sprintf("permissions[%d]", i), raw, map[string]any{
 			"path":    &p.Path,
 			"owner":   &p.Owner,
@@ -221,13 +221,13 @@ func ParseKolla(name string, b []byte) (*KollaConfig, error) {
 }
 
 // Name is the file the config came from.
-func (c *KollaConfig) Name() string { return c.name }
+func (c *Config) Name() string { return c.name }
 
 // validate checks the fields (a missing field and an empty one are the
-// same) and derives modes and regexes from them. PlanKolla runs it again on
+// same) and derives modes and regexes from them. NewPlan runs it again on
 // its own copy, so a config built or changed in code is held to the same
 // rules.
-func (c *KollaConfig) validate(e *kollaErrs) {
+func (c *Config) validate(e *kollaErrs) {
 	if strings.TrimSpace(c.Command) == "" {
 		e.add("command: missing or empty")
 	}
@@ -258,7 +258,7 @@ func (c *KollaConfig) validate(e *kollaErrs) {
 			f.mode = kollaCheckPerm(e, at+".perm", f.Perm)
 		}
 	}
-	paths := func(section string, list []KollaPath) {
+	paths := func(section string, list []PathEntry) {
 		for i := range list {
 			p := &list[i]
 			at := fmt.Sprintf("%s[%d]", section, i)
@@ -298,12 +298,12 @@ func (c *KollaConfig) validate(e *kollaErrs) {
 
 // clone is a copy whose entries validate can fill in without touching the
 // caller's.
-func (c *KollaConfig) clone() *KollaConfig {
+func (c *Config) clone() *Config {
 	d := *c
-	d.ConfigFiles = append([]KollaConfigFile(nil), c.ConfigFiles...)
-	d.Directories = append([]KollaPath(nil), c.Directories...)
-	d.Files = append([]KollaPath(nil), c.Files...)
-	d.Permissions = append([]KollaPermission(nil), c.Permissions...)
+	d.ConfigFiles = append([]ConfigFile(nil), c.ConfigFiles...)
+	d.Directories = append([]PathEntry(nil), c.Directories...)
+	d.Files = append([]PathEntry(nil), c.Files...)
+	d.Permissions = append([]Permission(nil), c.Permissions...)
 	return &d
 }
 
@@ -336,99 +336,17 @@ func kollaCheckPath(e *kollaErrs, at, v string, glob bool) {
 }
 
 func kollaCheckOwner(e *kollaErrs, at, s string) {
-	if _, _, err := ParseOwner(s); err != nil {
+	if _, _, err := render.ParseOwner(s); err != nil {
 		e.add("%s: %v", at, err)
 	}
 }
 
 func kollaCheckPerm(e *kollaErrs, at, s string) fs.FileMode {
-	m, err := ParsePerm(s)
+	m, err := render.ParsePerm(s)
 	if err != nil {
 		e.add("%s: %v", at, err)
 	}
 	return m
-}
-
-// ParsePerm reads an octal mode the ways kolla configs write it: "0600",
-// "600", "2775", "0o600" (or "0O600"). kolla itself reads "600" as the
-// decimal 600 and fails on "2775"; here all are octal. The result carries
-// fs.ModeSetuid, fs.ModeSetgid and fs.ModeSticky for 04000, 02000, 01000.
-func ParsePerm(s string) (fs.FileMode, error) {
-	digits := s
-	if len(s) > 2 && s[0] == '0' && (s[1] == 'o' || s[1] == 'O') {
-		digits = s[2:]
-	}
-	bad := func() (fs.FileMode, error) {
-		return 0, fmt.Errorf("%q is not an octal mode (want e.g. \"0640\", \"640\", \"2775\" or \"0o640\")", s)
-	}
-	if digits == "" || len(digits) > 6 || strings.Trim(digits, "01234567") != "" {
-		return bad()
-	}
-	n, err := strconv.ParseUint(digits, 8, 32)
-	if err != nil {
-		return bad()
-	}
-	if n > 0o7777 {
-		return 0, fmt.Errorf("%q: mode above 07777", s)
-	}
-	return kollaPermFromBits(uint32(n)), nil
-}
-
-// kollaPermFromBits turns Unix mode bits into an fs.FileMode.
-func kollaPermFromBits(n uint32) fs.FileMode {
-	m := fs.FileMode(n & 0o777)
-	if n&0o4000 != 0 {
-		m |= fs.ModeSetuid
-	}
-	if n&0o2000 != 0 {
-		m |= fs.ModeSetgid
-	}
-	if n&0o1000 != 0 {
-		m |= fs.ModeSticky
-	}
-	return m
-}
-
-// kollaPermString is kollaPermFromBits's inverse, for display: "0640", "2775".
-func kollaPermString(m fs.FileMode) string {
-	n := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		n |= 0o4000
-	}
-	if m&fs.ModeSetgid != 0 {
-		n |= 0o2000
-	}
-	if m&fs.ModeSticky != 0 {
-		n |= 0o1000
-	}
-	return fmt.Sprintf("%04o", n)
-}
-
-// ParseOwner splits an owner the way kolla does: "user" and "user:" mean
-// user:user, "user:group" is both. Names may also be numeric ids. It checks
-// the syntax only; PlanKolla looks the names up in the image.
-func ParseOwner(s string) (user, group string, err error) {
-	if s == "" {
-		return "", "", errors.New("empty owner (want \"user\" or \"user:group\")")
-	}
-	user, group, _ = strings.Cut(s, ":")
-	if group == "" {
-		group = user
-	}
-	if user == "" {
-		return "", "", fmt.Errorf("%q: empty user name", s)
-	}
-	if strings.Contains(group, ":") {
-		return "", "", fmt.Errorf("%q: more than one \":\" (want \"user:group\")", s)
-	}
-	for _, n := range []string{user, group} {
-		if len(n) > 256 || strings.IndexFunc(n, func(r rune) bool {
-			return unicode.IsSpace(r) || unicode.IsControl(r) || r == '/' || r == unicode.ReplacementChar
-		}) >= 0 {
-			return "", "", fmt.Errorf("%q: %q is not a user or group name", s, n)
-		}
-	}
-	return user, group, nil
 }
 
 // kollaReadTop reads the one JSON object of the file; a syntax error

@@ -1,4 +1,4 @@
-package render
+package kolla
 
 import (
 	"fmt"
@@ -19,10 +19,10 @@ func BenchmarkKollaRender200(b *testing.B) {
 	}
 	os.WriteFile(filepath.Join(root, "etc/passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nnova:x:42436:42436::/var/lib/nova:/bin/sh\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "etc/group"), []byte("root:x:0:\nnova:x:42436:\n"), 0o644)
-	cfg := &KollaConfig{Command: "/bin/true"}
+	cfg := &Config{Command: "/bin/true"}
 	for i := range n {
 		name := fmt.Sprintf("f%03d.conf", i)
-		cfg.ConfigFiles = append(cfg.ConfigFiles, KollaConfigFile{
+		cfg.ConfigFiles = append(cfg.ConfigFiles, ConfigFile{
 			Source: "/var/lib/kolla/config_files/" + name, Dest: "/etc/nova/" + name, Owner: "nova", Perm: "0640",
 		})
 	}
@@ -36,7 +36,7 @@ func BenchmarkKollaRender200(b *testing.B) {
 			os.WriteFile(filepath.Join(root, "var/lib/kolla/config_files", fmt.Sprintf("f%03d.conf", j)), []byte(body), 0o644)
 		}
 		b.StartTimer()
-		p, err := PlanKolla(cfg, KollaOptions{Root: root, StateDir: DefaultKollaStateDir, Strategy: StrategyCopyAlways})
+		p, err := NewPlan(cfg, Options{Root: root, StateDir: DefaultStateDir, Strategy: StrategyCopyAlways})
 		if err != nil {
 			b.Fatal(err)
 		}
