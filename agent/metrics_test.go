@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kolla-agent/kolla-agent/agent/logs"
+	"github.com/kolla-agent/kolla-agent/agent/reload"
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/discovery"
 	"github.com/kolla-agent/kolla-agent/probes"
@@ -24,6 +25,9 @@ func TestMetricNamesLintedAndDocumented(t *testing.T) {
 	a := New(Options{Version: "test"})
 	a.metrics.restarts(func() int { return 0 })
 	logs.NewMetrics(a.registry, nil)
+	if _, err := reload.NewMetrics(a.registry, "0123456789"); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := probes.New(probes.Config{
 		Checks: []probes.Spec{{
 			Name: "heartbeat", Probes: []probes.Probe{probes.Readiness}, Period: time.Second, Timeout: time.Second,

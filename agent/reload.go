@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/kolla"
 	"github.com/kolla-agent/kolla-agent/agent/reload"
@@ -35,24 +33,11 @@ type reloadRun struct {
 	dirs    []string // the watched volumes' mounts, container paths
 	watch   reload.WatchConfig
 	api     *reload.APISource // reload.source: api
-	outcome *prometheus.CounterVec
-	applied *prometheus.GaugeVec
+	metrics *reload.Metrics
 	// health is the service's: a reload is verified by its readiness, and a
 	// drift between the source and the running config (a source config
 	// refused before) shows in it.
 	health *probes.Health
-}
-
-// action is the strongest action any of the changed files asks for.
-func (rr *reloadRun) action(changed []string) string {
-	action := "none"
-	rank := map[string]int{"none": 0, "signal": 1, "restart": 2, "rollout": 3}
-	for _, f := range changed {
-		if x := rr.cfg.ActionFor(f); rank[x] > rank[action] {
-			action = x
-		}
-	}
-	return action
 }
 
 // holdSlot takes one of the Leases <lease>-0 .. -N-1 (reload.maxUnavailable)
@@ -98,7 +83,7 @@ func (rr *reloadRun) gate(changed []string, reason string) {
 	h := rr.s.health.Load()
 	switch {
 	case h == nil:
-	case rr.action(changed) == "restart":
+	case rr.cfg.Strongest(changed) == "restart":
 		rr.s.gate("reloading", reason)
 	default:
 		h.SetDegraded("reloading", reason)
@@ -112,7 +97,7 @@ func (rr *reloadRun) gate(changed []string, reason string) {
 // after a SIGHUP whose config left it broken a second later.
 func (rr *reloadRun) settled(changed []string) func(context.Context) time.Time {
 	window := rr.cfg.SettleDuration()
-	if rr.action(changed) != "signal" || rr.svc.signal == nil || window == 0 {
+	if rr.cfg.Strongest(changed) != "signal" || rr.svc.signal == nil || window == 0 {
 		return nil
 	}
 	var before probes.Workers
@@ -214,23 +199,10 @@ func (s *session) newReload(h *serviceHandle, health *probes.Health) (*reloadRun
 		StateDir:      s.path(stateDir),
 		Logger:        s.log,
 	}
-	rr.outcome = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "kolla_agent_reload_total",
-		Help: "Reload passes by outcome: unchanged (the render equals the running config), applied, rejected, rolled-back, failed, skipped (a config refused before).",
-	}, []string{"outcome"})
-	rr.applied = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "kolla_agent_config_info",
-		Help: "Always 1; the label is the hash of the config the service runs with.",
-	}, []string{"hash"})
-	if s.registry != nil {
-		if err := s.registry.Register(rr.outcome); err != nil {
-			return nil, err
-		}
-		if err := s.registry.Register(rr.applied); err != nil {
-			return nil, err
-		}
+	var err error
+	if rr.metrics, err = reload.NewMetrics(s.registry, render.Hash(files)); err != nil {
+		return nil, err
 	}
-	rr.applied.WithLabelValues(render.Hash(files)).Set(1)
 	return rr, nil
 }
 
@@ -270,7 +242,7 @@ func (rr *reloadRun) run(ctx context.Context) error {
 	c.Act = rr.act
 	if lease := s.Config.ReloadLease(); lease != "" {
 		c.Hold = func(ctx context.Context, changed []string) (func(), error) {
-			if a := rr.action(changed); a != "signal" && a != "restart" {
+			if a := rr.cfg.Strongest(changed); a != "signal" && a != "restart" {
 				return func() {}, nil // the service is not touched: no turn needed
 			}
 			return rr.holdSlot(ctx, lease)
@@ -378,11 +350,7 @@ func (rr *reloadRun) pass(ctx context.Context, why string) {
 	if ctx.Err() != nil {
 		return
 	}
-	rr.outcome.WithLabelValues(outcome).Inc()
-	if after := rr.r.Applied(); after != before {
-		rr.applied.Reset()
-		rr.applied.WithLabelValues(after).Set(1)
-	}
+	rr.metrics.Pass(outcome, before, rr.r.Applied())
 	attrs := []any{"outcome", outcome, "why", why, "took", time.Since(start).Round(time.Millisecond).String()}
 	if err != nil {
 		attrs = append(attrs, "error", err.Error())
@@ -402,7 +370,7 @@ func (rr *reloadRun) pass(ctx context.Context, why string) {
 // act makes the service take the changed files: the strongest action any
 // of them asks for.
 func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) error {
-	switch rr.action(changed) {
+	switch rr.cfg.Strongest(changed) {
 	case "none":
 		return nil
 	case "signal":
@@ -447,7 +415,7 @@ func (rr *reloadRun) act(ctx context.Context, hash string, changed []string) err
 		}
 		return nil
 	}
-	return fmt.Errorf("unknown action %q", rr.action(changed))
+	return fmt.Errorf("unknown action %q", rr.cfg.Strongest(changed))
 }
 
 // report posts each outcome as an Event on the pod.

@@ -121,6 +121,19 @@ func (r *Reload) ActionFor(dest string) string {
 	return r.Action
 }
 
+// Strongest is the strongest action any of the changed files asks for:
+// none, signal, restart, rollout.
+func (r *Reload) Strongest(changed []string) string {
+	action := "none"
+	rank := map[string]int{"none": 0, "signal": 1, "restart": 2, "rollout": 3}
+	for _, f := range changed {
+		if x := r.ActionFor(f); rank[x] > rank[action] {
+			action = x
+		}
+	}
+	return action
+}
+
 // SignalNumber is the configured signal, defaulted.
 func (r *Reload) SignalNumber() syscall.Signal {
 	s, _ := ParseSignal(r.Signal) // validated

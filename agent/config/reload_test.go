@@ -368,3 +368,27 @@ func TestParseReloadValidateGood(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// The strongest action of the changed files wins: none < signal < restart
+// < rollout, a file without its own taking reload.action.
+func TestReloadStrongest(t *testing.T) {
+	r := &Reload{Action: "signal", Actions: []ReloadAction{
+		{Path: "/etc/apache2/*", Action: "none"},
+		{Path: "/etc/keystone/fernet-keys/*", Action: "restart"},
+		{Path: "/etc/keystone/rollout.conf", Action: "rollout"},
+	}}
+	for _, tc := range []struct {
+		changed []string
+		want    string
+	}{
+		{nil, "none"},
+		{[]string{"/etc/apache2/a.conf"}, "none"},
+		{[]string{"/etc/apache2/a.conf", "/etc/keystone/keystone.conf"}, "signal"},
+		{[]string{"/etc/keystone/fernet-keys/0", "/etc/keystone/keystone.conf"}, "restart"},
+		{[]string{"/etc/keystone/rollout.conf", "/etc/keystone/fernet-keys/0"}, "rollout"},
+	} {
+		if got := r.Strongest(tc.changed); got != tc.want {
+			t.Errorf("%v: %s, want %s", tc.changed, got, tc.want)
+		}
+	}
+}
