@@ -83,7 +83,7 @@ func (s *session) newRolloutDuty() *duty {
 	if s.boot == nil || len(s.boot.steps(true)) == 0 {
 		return nil
 	}
-	return &duty{name: "bootstrap-after-rollout", run: func(ctx context.Context) error {
+	return &duty{name: "bootstrap-after-rollout", early: true, run: func(ctx context.Context) error {
 		s.afterRollout(ctx)
 		<-ctx.Done()
 		return nil

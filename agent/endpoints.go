@@ -83,7 +83,9 @@ func (s *session) newEndpointsDuty(h *serviceHandle) *duty {
 	if !s.Config.Bootstrap.FollowsExposure() || h.svc == nil {
 		return nil
 	}
-	return s.side("endpoints", s.followEndpoints, nil)
+	d := s.side("endpoints", s.followEndpoints, nil)
+	d.early = true // no catalog write once the pod is told to stop
+	return d
 }
 
 // followEndpoints keeps the catalog on the public address while the

@@ -132,13 +132,14 @@ func (rr *reloadRun) settled(changed []string) func(context.Context) time.Time {
 // newReloadDuty is the reload (reload: in agent.yaml; else nil) of the
 // service h, verified by health's readiness. Under run the service started
 // with the render just committed; in sidecar mode with what is on disk. It
-// starts once the service runs, and is stopped before the service is.
+// starts once the service runs, and ends at SIGTERM, before the service is
+// stopped.
 func (s *session) newReloadDuty(h *serviceHandle, health *probes.Health) (*duty, error) {
 	rr, err := s.newReload(h, health)
 	if rr == nil || err != nil {
 		return nil, err
 	}
-	return &duty{name: "reload", run: func(ctx context.Context) error {
+	return &duty{name: "reload", early: true, run: func(ctx context.Context) error {
 		if !h.started(ctx) {
 			<-ctx.Done()
 			return nil

@@ -255,7 +255,11 @@ func (s *session) runService(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	code, err := s.steadyState(ctx, h)
+	st, err := s.newSteady(h)
+	if err != nil {
+		return 0, err
+	}
+	code, err := st.run(ctx)
 	var cerr *ConfigError
 	switch {
 	case errors.As(err, &cerr):

@@ -39,7 +39,11 @@ func (s *session) runSidecar(ctx context.Context) error {
 	} else if cfg.Reload != nil {
 		return configErr("%s: reload in sidecar mode needs sidecar.process, to find the service to signal", s.Source)
 	}
-	_, err := s.steadyState(ctx, h)
+	st, err := s.newSteady(h)
+	if err != nil {
+		return err
+	}
+	_, err = st.run(ctx)
 	return err
 }
 

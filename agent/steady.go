@@ -66,11 +66,23 @@ type duty struct {
 	// stop, when set, runs at the duty's turn in the shutdown, before its
 	// context ends: the service's stop sequence, readiness failed.
 	stop func()
+	// early: the duty's context ends at SIGTERM, and its turn in the
+	// shutdown does not wait for it. What could act on the service or
+	// start new work (the reload, the bootstrap's later phases, the
+	// catalog) must neither hold the service's stop back nor begin
+	// anything once the pod is told to stop.
+	early bool
 }
 
-// add puts d in g. Its context ends at its turn in the shutdown, not at
-// SIGTERM, and the next duty's turn comes once its run has returned.
-func add(g *run.Group, d *duty) {
+// add puts d in g. Its context ends at its turn in the shutdown (an early
+// duty's at SIGTERM too), and the next turn comes once its run has
+// returned (an early duty's at once).
+func add(g *run.Group, sigterm context.Context, d *duty) {
+	if d.early {
+		ctx, cancel := context.WithCancel(sigterm)
+		g.Add(func() error { return d.run(ctx) }, func(error) { cancel() })
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	g.Add(func() error {
@@ -85,31 +97,50 @@ func add(g *run.Group, d *duty) {
 	})
 }
 
-// steadyState runs the duties beside the service as one run group until
-// the service exits or ctx ends (SIGTERM), and returns the service's exit
-// code. Each duty's constructor returns nil when agent.yaml does not ask
-// for it. Shutdown runs in the order of the list:
-//
-//  1. readiness -> stopping (/readyz answers 503 at once; /livez stays 200)
-//  2. the reload, which could act on the service, the bootstrap's later
-//     phases and the Keystone catalog
-//  3. the service: SIGTERM, its grace period, then SIGKILL
-//  4. the log shipping, which drains what the service wrote last
-//  5. the checks
-//  6. the probe server, last, so probes answer through the whole stop.
-func (s *session) steadyState(ctx context.Context, h *serviceHandle) (int, error) {
+// steady is the steady state of one run or sidecar, built before the
+// service starts: what agent.yaml asks for that cannot be had (a CA file,
+// a check's config) is a config error then, not a duty failing later.
+type steady struct {
+	s      *session
+	h      *serviceHandle
+	health *probes.Health
+	// reload and logs are agent.yaml's duties beside the service (nil:
+	// not asked for).
+	reload, logs *duty
+}
+
+// newSteady builds the service's checks, the reload and the log shipping
+// (last: it may open a connection).
+func (s *session) newSteady(h *serviceHandle) (*steady, error) {
 	health, err := s.newHealth(h)
 	if err != nil {
-		return 0, err
-	}
-	logs, err := s.newLogsDuty()
-	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	reload, err := s.newReloadDuty(h, health)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
+	logs, err := s.newLogsDuty()
+	if err != nil {
+		return nil, err
+	}
+	return &steady{s: s, h: h, health: health, reload: reload, logs: logs}, nil
+}
+
+// run runs the duties beside the service as one run group until the
+// service exits or ctx ends (SIGTERM), and returns the service's exit code
+// (an error: it could not start). Each duty's constructor returns nil when
+// agent.yaml does not ask for it. Shutdown runs in the order of the list:
+//
+//  1. readiness -> stopping (/readyz answers 503 at once; /livez stays 200)
+//  2. the reload, which could act on the service (early: ended at SIGTERM)
+//  3. the service: SIGTERM, its grace period, then SIGKILL
+//  4. the log shipping, which drains what the service wrote last
+//  5. the checks
+//  6. the bootstrap's later phases and the Keystone catalog (early)
+//  7. the probe server, last, so probes answer through the whole stop.
+func (st *steady) run(ctx context.Context) (int, error) {
+	s, h, health := st.s, st.h, st.health
 	if s.probes == nil {
 		s.probes = s.startProbes(s.Config)
 	}
@@ -120,20 +151,20 @@ func (s *session) steadyState(ctx context.Context, h *serviceHandle) (int, error
 	var g run.Group
 	for _, d := range []*duty{
 		stopDuty(ctx, health, s.log),
-		reload,
+		st.reload,
+		serviceDuty(h, &code, &svcErr),
+		st.logs,
+		checksDuty(h, health),
 		s.newRolloutDuty(),
 		s.newEndpointsDuty(h),
-		serviceDuty(h, &code, &svcErr),
-		logs,
-		checksDuty(h, health),
 		s.probes.duty(),
 	} {
 		if d != nil {
-			add(&g, d)
+			add(&g, ctx, d)
 		}
 	}
 	start := time.Now()
-	err = g.Run()
+	err := g.Run()
 	s.log.Debug("steady state ended", "cause", fmt.Sprint(err), "after", time.Since(start).Round(time.Millisecond).String())
 	return code, svcErr
 }

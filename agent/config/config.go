@@ -155,6 +155,15 @@ func (d *Dependency) UnmarshalJSON(b []byte) error {
 		d.decodeErr = err
 		return nil
 	}
+	// Nothing is converted under a type that decodes itself: a timeout
+	// must be a string here, as encoding/json would want one.
+	var raw struct {
+		Timeout json.RawMessage `json:"timeout"`
+	}
+	if json.Unmarshal(b, &raw) == nil && len(raw.Timeout) > 0 && raw.Timeout[0] != '"' && string(raw.Timeout) != "null" {
+		d.decodeErr = fmt.Errorf("timeout: want a string, not %s", raw.Timeout)
+		return nil
+	}
 	*d = Dependency(p)
 	return nil
 }

@@ -27,12 +27,23 @@ func ParseDuration(text string) Duration {
 }
 
 // UnmarshalJSON reads a string; a number or bool is taken as its text, as
-// sigs.k8s.io/yaml converts one for a string field. It never fails, so
-// that the problem is reported with its path.
+// sigs.k8s.io/yaml converts one for a string field. A text that is not a
+// duration is kept, for its section's validator to report with the
+// field's path; a list or an object is the decoder's error, reported as a
+// string field's is.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		s = string(b)
+		var v any
+		if json.Unmarshal(b, &v) != nil {
+			return err
+		}
+		switch v.(type) {
+		case float64, bool:
+			s = string(b)
+		default:
+			return err
+		}
 	}
 	*d = ParseDuration(s)
 	return nil

@@ -62,31 +62,56 @@ func TestDuration(t *testing.T) {
 			t.Errorf("%s written as %s", in, out)
 		}
 	}
+	for _, in := range []string{`[1]`, `{"a": 1}`} {
+		var d Duration
+		if err := json.Unmarshal([]byte(in), &d); err == nil {
+			t.Errorf("%s read as a duration (%q)", in, d.String())
+		}
+	}
 }
 
-// Bad durations are all reported at once, each with its path, whether the
-// document decodes strictly or not.
+// Bad durations are all reported at once, each with its path, as they were
+// as strings: a number at a field of agent.yaml's own is its text (YAML's
+// conversion), one in a dependency's object is the wrong type (nothing is
+// converted under a type that decodes itself), a list or an object is the
+// wrong type anywhere.
 func TestDurationProblems(t *testing.T) {
 	_, err := Parse("agent.yaml", []byte(`dependencies:
   timeout: soon
   wait:
     - {wait: "tcp:127.0.0.1:1", timeout: 30}
+    - {wait: "tcp:127.0.0.1:2", timeout: 0}
 run:
   grace: -5s
+renderOptions:
+  timeout: [1]
 reload:
   settle: later
+  quiet: 30
 `))
 	for _, want := range []string{
 		`agent.yaml: dependencies.timeout: "soon" is not a duration`,
-		`agent.yaml: dependencies.wait[0].timeout: "30" is not a duration`,
+		`agent.yaml: dependencies.wait[0]: cannot unmarshal number 30 into field dependencies.wait[0].timeout (want string)`,
+		`agent.yaml: dependencies.wait[1]: cannot unmarshal number 0 into field dependencies.wait[1].timeout (want string)`,
+		`agent.yaml: renderOptions: cannot unmarshal array into field renderOptions.timeout (want string)`,
 		`agent.yaml: run.grace: negative duration "-5s"`,
+		`agent.yaml: reload.quiet: "30" is not a duration`,
 		`agent.yaml: reload.settle: "later" is not a duration`,
 	} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("missing %q in:\n%v", want, err)
 		}
 	}
-	if n := len(Problems(err)); n != 4 {
-		t.Errorf("%d problems, want 4:\n%v", n, err)
+	if n := len(Problems(err)); n != 7 {
+		t.Errorf("%d problems, want 7:\n%v", n, err)
+	}
+	// A number that is a duration's text (0) loads at agent.yaml's own
+	// fields.
+	c, err := Parse("agent.yaml", []byte("run:\n  grace: 0\nreload:\n  settle: 0\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Reload.SettleDuration() != 0 || c.Grace() != 30*time.Second {
+		t.Errorf("settle %v (want 0: no wait), grace %v (want the default)", c.Reload.SettleDuration(), c.Grace())
 	}
 }
