@@ -217,7 +217,7 @@ func (a *Agent) LoadPlan() (*Plan, error) {
 		PodName:                a.env("POD_NAME"),
 		NodeName:               a.env("NODE_NAME"),
 		Dependencies:           deps,
-		Timeout:                cfg.Timeout(),
+		Timeout:                cfg.Dependencies.Timeout.Duration(),
 		TerminationMessagePath: cfg.TerminationMessagePath,
 	}
 	if p.Namespace == "" {
@@ -274,7 +274,7 @@ func (a *Agent) WaitPlan(args []string) (*Plan, error) {
 // an empty agent.yaml where the plan has none.
 func (a *Agent) completePlan(p *Plan) {
 	if p.Config == nil {
-		p.Config = &config.Config{}
+		p.Config = config.Empty()
 	}
 	if a.opts.Timeout > 0 {
 		p.Timeout = a.opts.Timeout
@@ -519,7 +519,7 @@ func (s *session) reportFailure(kube *discovery.Kube, reason string, err error) 
 // path), nil when the config itself could not be read.
 func (a *Agent) ConfigFailed(p *Plan, err error) {
 	if p == nil {
-		p = &Plan{TerminationMessagePath: a.opts.TerminationMessagePath, Config: &config.Config{}}
+		p = &Plan{TerminationMessagePath: a.opts.TerminationMessagePath, Config: config.Empty()}
 		if p.TerminationMessagePath == "" {
 			p.TerminationMessagePath = DefaultTerminationMessagePath
 		}

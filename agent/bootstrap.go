@@ -32,7 +32,7 @@ func (s *session) bootstrap(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.BootstrapTimeout())
+	ctx, cancel := context.WithTimeout(ctx, b.Timeout.Duration())
 	defer cancel()
 	start := time.Now()
 	for _, st := range run.steps(false) {
@@ -60,7 +60,7 @@ func (s *session) bootstrapEndpoints(ctx context.Context) error {
 	if b.Endpoints == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.BootstrapTimeout())
+	ctx, cancel := context.WithTimeout(ctx, b.Timeout.Duration())
 	defer cancel()
 	changes, err := s.endpoints(ctx, false)
 	var cerr *ConfigError
@@ -108,7 +108,7 @@ func (s *session) afterRollout(ctx context.Context) {
 		}
 		err := r.coord.WaitRollout(ctx, st, r.pod, bootstrap.Owner{Kind: kind, Name: name})
 		if err == nil {
-			sctx, cancel := context.WithTimeout(ctx, r.cfg.BootstrapTimeout())
+			sctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout.Duration())
 			err = r.step(sctx, st)
 			cancel()
 		}
@@ -300,7 +300,7 @@ func (r *bootRun) step(ctx context.Context, s bootstrap.Step) error {
 		if err != nil || len(argv) == 0 {
 			return configErr("%s: bootstrap.command %q: not a command", r.s.Source, cmd)
 		}
-		return r.coord.Lease(ctx, s, bootstrap.LeaseOptions{Duration: r.cfg.Lease()}, func(ctx context.Context) (int, error) {
+		return r.coord.Lease(ctx, s, bootstrap.LeaseOptions{Duration: r.cfg.LeaseDuration.Duration()}, func(ctx context.Context) (int, error) {
 			return r.s.runCommand(ctx, argv)
 		})
 	case config.BootstrapWait:
@@ -404,7 +404,7 @@ func (s *session) runCommand(ctx context.Context, argv []string) (int, error) {
 		Env:        s.childEnv(cred),
 		Credential: cred,
 		QuietArgs:  true,
-		Grace:      s.Config.Grace(),
+		Grace:      s.Config.Run.Grace.Duration(),
 		Logger:     s.log,
 		Signals:    forwarded(),
 		Stdout:     io.MultiWriter(os.Stdout, tail),

@@ -26,7 +26,6 @@ func (s *session) checkSpecs(h *serviceHandle, deps *discovery.Waiter) ([]probes
 			return nil, err
 		}
 		hasProcess = hasProcess || ch.Process != nil
-		period, timeout, failure, success := ch.CheckTiming()
 		var ps []probes.Probe
 		for _, n := range ch.ProbeList() {
 			p, err := probes.ParseProbe(n)
@@ -36,8 +35,8 @@ func (s *session) checkSpecs(h *serviceHandle, deps *discovery.Waiter) ([]probes
 			ps = append(ps, p)
 		}
 		specs = append(specs, probes.Spec{
-			Name: ch.Name, Probes: ps, Period: period, Timeout: timeout,
-			FailureThreshold: failure, SuccessThreshold: success, Checker: c,
+			Name: ch.Name, Probes: ps, Period: ch.Period.Duration(), Timeout: ch.Timeout.Duration(),
+			FailureThreshold: ch.FailureThreshold, SuccessThreshold: ch.SuccessThreshold, Checker: c,
 		})
 	}
 	if sidecar && !hasProcess && h.pids != nil {

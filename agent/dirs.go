@@ -27,14 +27,10 @@ func (a *Agent) checkDirs(cfg *config.Config) error {
 		needs = append(needs, need{"probes.socket", filepath.Dir(s), 0o755})
 	}
 	if cfg.Reload != nil {
-		dir := cfg.Reload.StateDir
-		if dir == "" {
-			dir = config.DefaultReloadStateDir
-		}
-		needs = append(needs, need{"reload.stateDir", dir, 0o700})
+		needs = append(needs, need{"reload.stateDir", cfg.Reload.StateDir, 0o700})
 	}
 	if cfg.Logs != nil && len(cfg.Logs.Files) > 0 {
-		needs = append(needs, need{"logs.stateDir", cfg.Logs.StateDirOr(), 0o700})
+		needs = append(needs, need{"logs.stateDir", cfg.Logs.StateDir, 0o700})
 	}
 	for _, n := range needs {
 		path := a.path(n.dir)

@@ -48,11 +48,11 @@ func (s *session) newLogs() (*logsRun, error) {
 		}
 	})
 	lr := &logsRun{cfg: logs.ShipperConfig{
-		StateDir: s.path(lc.StateDirOr()),
+		StateDir: s.path(lc.StateDir),
 		MaxLine:  lc.MaxLineSize,
-		Idle:     lc.IdleFlush(),
-		Rescan:   lc.RescanEvery(),
-		Drain:    lc.DrainFor(),
+		Idle:     lc.Multiline.Idle.Duration(),
+		Rescan:   lc.Rescan.Duration(),
+		Drain:    lc.Drain.Duration(),
 		Fields:   fields,
 		Logger:   s.log,
 		Observer: obs,
@@ -64,7 +64,7 @@ func (s *session) newLogs() (*logsRun, error) {
 		lr.cfg.FirstLine = regexp.MustCompile(lc.Multiline.FirstLine) // validated with the config
 	}
 	sk := lc.Sink
-	sc := logs.SinkConfig{Type: sk.Type, Address: sk.Address, JSON: sk.Format == "json", SharedKey: sk.SharedKey, AckTimeout: lc.AckWait(), Hostname: s.PodName, Logger: s.log,
+	sc := logs.SinkConfig{Type: sk.Type, Address: sk.Address, JSON: sk.Format == "json", SharedKey: sk.SharedKey, AckTimeout: lc.Sink.AckTimeout.Duration(), Hostname: s.PodName, Logger: s.log,
 		OnHealth: func(err error) {
 			if err != nil {
 				obs.Failed(err)

@@ -96,7 +96,7 @@ func (rr *reloadRun) gate(changed []string, reason string) {
 // reload.settle after the signal. uWSGI's old workers answered well 53 ms
 // after a SIGHUP whose config left it broken a second later.
 func (rr *reloadRun) settled(changed []string) func(context.Context) time.Time {
-	window := rr.cfg.SettleDuration()
+	window := rr.cfg.Settle.Duration()
 	if rr.cfg.Strongest(changed) != "signal" || rr.svc.signal == nil || window == 0 {
 		return nil
 	}
@@ -116,7 +116,7 @@ func (rr *reloadRun) settled(changed []string) func(context.Context) time.Time {
 				return now
 			case !now.Before(deadline):
 				if len(before) > 0 {
-					rr.s.log.Info("reload: workers from before the signal still run; verifying from reload.settle on", "settle", rr.cfg.SettleDuration().String())
+					rr.s.log.Info("reload: workers from before the signal still run; verifying from reload.settle on", "settle", rr.cfg.Settle.Duration().String())
 				}
 				return now
 			}
@@ -165,21 +165,16 @@ func (s *session) newReload(h *serviceHandle, health *probes.Health) (*reloadRun
 		}
 		kollaMode = kc != nil
 	}
-	quiet, maxWait, rescan, verify := cfg.Durations()
 	rr := &reloadRun{s: s, svc: h, cfg: cfg, files: files, health: health}
 	rr.dirs = s.reloadDirs(kollaMode)
 	var hostDirs []string
 	for _, d := range rr.dirs {
 		hostDirs = append(hostDirs, s.path(d))
 	}
-	rr.watch = reload.WatchConfig{Dirs: hostDirs, Quiet: quiet, MaxWait: maxWait, Rescan: rescan, Logger: s.log}
+	rr.watch = reload.WatchConfig{Dirs: hostDirs, Quiet: cfg.Quiet.Duration(), MaxWait: cfg.MaxWait.Duration(), Rescan: cfg.Rescan.Duration(), Logger: s.log}
 	var vals []reload.Validation
 	for _, v := range cfg.Validate {
 		vals = append(vals, reload.Validation{Dest: v.Dest, Command: v.Command})
-	}
-	stateDir := cfg.StateDir
-	if stateDir == "" {
-		stateDir = config.DefaultReloadStateDir
 	}
 	rr.rcfg = reload.Config{
 		Render: func(ctx context.Context) (reload.Rendered, error) {
@@ -194,10 +189,10 @@ func (s *session) newReload(h *serviceHandle, health *probes.Health) (*reloadRun
 			return r, nil
 		},
 		Validations:   vals,
-		VerifyTimeout: verify,
+		VerifyTimeout: cfg.VerifyTimeout.Duration(),
 		Gate:          rr.gate,
 		Report:        rr.report,
-		StateDir:      s.path(stateDir),
+		StateDir:      s.path(cfg.StateDir),
 		Logger:        s.log,
 	}
 	var err error

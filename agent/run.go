@@ -145,7 +145,7 @@ func (s *session) templateOptions() render.TemplateOptions {
 	o := render.TemplateOptions{
 		LookupEnv:       s.opts.LookupEnv,
 		AllowedFileDirs: c.RenderOptions.AllowFiles,
-		Timeout:         c.RenderTimeout(),
+		Timeout:         c.RenderOptions.Timeout.Duration(),
 		Root:            s.opts.Root,
 		Logger:          s.log,
 	}
@@ -251,7 +251,7 @@ func (s *session) runService(ctx context.Context, args []string) (int, error) {
 	if !s.supervise(run.Supervise, cfg.SteadyState()) {
 		return 0, execAs(command, env, cred)
 	}
-	h, err := s.supervised(supervise.Config{Command: command, Env: env, Credential: cred, Grace: cfg.Grace(), Logger: s.log, Signals: forwarded()})
+	h, err := s.supervised(supervise.Config{Command: command, Env: env, Credential: cred, Grace: cfg.Run.Grace.Duration(), Logger: s.log, Signals: forwarded()})
 	if err != nil {
 		return 0, err
 	}

@@ -182,14 +182,9 @@ func (b *Bootstrap) FollowsExposure() bool {
 // Enabled reports whether a bootstrap is configured.
 func (b *Bootstrap) Enabled() bool { return b.Mode != "" }
 
-// BootstrapTimeout is bootstrap.timeout, defaulted.
-func (b *Bootstrap) BootstrapTimeout() time.Duration {
-	return b.Timeout.PositiveOr(DefaultBootstrapTimeout)
-}
-
-// Lease is bootstrap.leaseDuration, defaulted.
-func (b *Bootstrap) Lease() time.Duration {
-	return b.LeaseDuration.PositiveOr(DefaultLeaseDuration)
+func (b *Bootstrap) withDefaults() {
+	b.Timeout.defaultZeroTo(DefaultBootstrapTimeout)
+	b.LeaseDuration.defaultZeroTo(DefaultLeaseDuration)
 }
 
 // WaitJobs returns wait mode's Jobs as dependencies.

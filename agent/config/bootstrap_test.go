@@ -36,7 +36,7 @@ bootstrap:
 		b.Command != "keystone-manage db_sync" || b.Version != "2026.1" || b.Retries != 2 || !b.PodCondition {
 		t.Errorf("parsed %+v", b)
 	}
-	if got := b.BootstrapTimeout(); got != 20*time.Minute {
+	if got := b.Timeout.Duration(); got != 20*time.Minute {
 		t.Errorf("timeout %v, want 20m", got)
 	}
 	if !reflect.DeepEqual(b.PermanentExitCodes, []int32{2, 3}) {
@@ -70,10 +70,10 @@ bootstrap:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Bootstrap.BootstrapTimeout(); got != 10*time.Minute {
+	if got := c.Bootstrap.Timeout.Duration(); got != 10*time.Minute {
 		t.Errorf("default timeout %v, want 10m", got)
 	}
-	if got := c.Bootstrap.Lease(); got != 15*time.Second {
+	if got := c.Bootstrap.LeaseDuration.Duration(); got != 15*time.Second {
 		t.Errorf("default lease %v, want 15s", got)
 	}
 	if kind, name := c.Bootstrap.OwnerRef(); kind != "" || name != "" {
@@ -125,7 +125,7 @@ bootstrap:
 	if b := c.Bootstrap; b.Mode != BootstrapLease || b.Name != "keystone-bootstrap" || b.Command != "keystone-manage bootstrap --bootstrap-region-id 'Region One'" {
 		t.Errorf("lease: %+v", b)
 	}
-	if got := c.Bootstrap.Lease(); got != 30*time.Second {
+	if got := c.Bootstrap.LeaseDuration.Duration(); got != 30*time.Second {
 		t.Errorf("lease %v, want 30s", got)
 	}
 	if kind, name := c.Bootstrap.OwnerRef(); kind != "statefulset" || name != "keystone" {
@@ -154,7 +154,7 @@ bootstrap:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Bootstrap.Mode != BootstrapWait || c.Bootstrap.BootstrapTimeout() != 5*time.Minute {
+	if c.Bootstrap.Mode != BootstrapWait || c.Bootstrap.Timeout.Duration() != 5*time.Minute {
 		t.Errorf("wait: %+v", c.Bootstrap)
 	}
 	deps, err := c.Bootstrap.WaitJobs()

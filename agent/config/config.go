@@ -23,6 +23,9 @@ import (
 	"github.com/kolla-agent/kolla-agent/probes/ask"
 )
 
+// DefaultGrace is run.grace by default: the kubelet's default grace period.
+const DefaultGrace = 30 * time.Second
+
 // DefaultPath is where the agent looks for its config in a container.
 const DefaultPath = ask.DefaultConfig
 
@@ -215,7 +218,36 @@ func Inspect(name string, b []byte) (*Config, error) {
 		}
 	}
 	c.validate(&e)
+	c.withDefaults()
 	return c, e.err(name)
+}
+
+// Empty is a config that asks for nothing, with every default: the plan
+// of kubernetes-entrypoint's variables and of `wait` has no agent.yaml.
+func Empty() *Config {
+	c := &Config{}
+	c.withDefaults()
+	return c
+}
+
+// withDefaults gives every section's unset fields their defaults, once
+// the config is validated: each value is then what the agent runs with,
+// read from its field. A duration's text stays as written, so a config
+// written back reads the same.
+func (c *Config) withDefaults() {
+	c.Dependencies.Timeout.defaultZeroTo(DefaultTimeout)
+	c.Run.Grace.defaultZeroTo(DefaultGrace)
+	c.RenderOptions.Timeout.defaultZeroTo(c.Dependencies.Timeout.Duration())
+	for i := range c.Probes.Checks {
+		c.Probes.Checks[i].withDefaults()
+	}
+	c.Bootstrap.withDefaults()
+	if c.Logs != nil {
+		c.Logs.withDefaults()
+	}
+	if c.Reload != nil {
+		c.Reload.withDefaults()
+	}
 }
 
 // validate runs every section's checks; each records all the independent
@@ -275,11 +307,6 @@ func (c *Config) deps(e *problems) []discovery.Dependency {
 		}
 	}
 	return deps
-}
-
-// Timeout is the overall dependency timeout, defaulted.
-func (c *Config) Timeout() time.Duration {
-	return c.Dependencies.Timeout.PositiveOr(DefaultTimeout)
 }
 
 // parseDuration reads an optional duration in Go syntax; "" is 0.
@@ -388,16 +415,6 @@ func (c *Config) validateRun(e *problems) {
 	case c.Run.Supervise == "never" && c.SteadyState():
 		e.add("run.supervise: \"never\" execs the service, but probes.checks, reload, logs or bootstrap phases after the rollout need the agent to stay beside it (use auto)")
 	}
-}
-
-// Grace is run.grace, defaulted to 30s (the kubelet's default grace period).
-func (c *Config) Grace() time.Duration {
-	return c.Run.Grace.PositiveOr(30 * time.Second)
-}
-
-// RenderTimeout is renderOptions.timeout, defaulted to the dependency timeout.
-func (c *Config) RenderTimeout() time.Duration {
-	return c.RenderOptions.Timeout.PositiveOr(c.Timeout())
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

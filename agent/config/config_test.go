@@ -35,7 +35,7 @@ dependencies:
 	if c.Namespace != "openstack" || c.TerminationMessagePath != "/tmp/term" {
 		t.Errorf("top-level fields: %+v", c)
 	}
-	if got := c.Timeout(); got != 5*time.Minute {
+	if got := c.Dependencies.Timeout.Duration(); got != 5*time.Minute {
 		t.Errorf("Timeout() = %v", got)
 	}
 	deps, err := c.Deps()
@@ -74,12 +74,12 @@ run:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Grace() != 10*time.Second || c.RenderTimeout() != 90*time.Second || c.Run.Bootstrap != "keystone-manage db_sync" || c.Render[0].Perm != "0640" {
+	if c.Run.Grace.Duration() != 10*time.Second || c.RenderOptions.Timeout.Duration() != 90*time.Second || c.Run.Bootstrap != "keystone-manage db_sync" || c.Render[0].Perm != "0640" {
 		t.Errorf("parsed %+v", c)
 	}
 	d, _ := Default()
-	if d.Grace() != 30*time.Second || d.RenderTimeout() != DefaultTimeout {
-		t.Errorf("defaults: grace %v, render timeout %v", d.Grace(), d.RenderTimeout())
+	if d.Run.Grace.Duration() != 30*time.Second || d.RenderOptions.Timeout.Duration() != DefaultTimeout {
+		t.Errorf("defaults: grace %v, render timeout %v", d.Run.Grace.Duration(), d.RenderOptions.Timeout.Duration())
 	}
 }
 
@@ -91,8 +91,8 @@ func TestDefault(t *testing.T) {
 	if deps, _ := c.Deps(); len(deps) != 0 {
 		t.Errorf("embedded default waits for %v", deps)
 	}
-	if c.Timeout() != DefaultTimeout {
-		t.Errorf("default timeout %v", c.Timeout())
+	if c.Dependencies.Timeout.Duration() != DefaultTimeout {
+		t.Errorf("default timeout %v", c.Dependencies.Timeout.Duration())
 	}
 }
 
@@ -197,8 +197,8 @@ func FuzzParse(f *testing.F) {
 		if _, err := c.Deps(); err != nil {
 			t.Fatalf("Parse accepted a config whose Deps fail: %v", err)
 		}
-		if c.Timeout() <= 0 {
-			t.Fatalf("non-positive timeout %v", c.Timeout())
+		if c.Dependencies.Timeout.Duration() <= 0 {
+			t.Fatalf("non-positive timeout %v", c.Dependencies.Timeout.Duration())
 		}
 		// What loads, written back, loads again, the same.
 		out, err := yaml.Marshal(c)

@@ -61,20 +61,28 @@ func (d Duration) IsSet() bool { return d.raw != "" }
 // Duration is the duration; 0 when unset.
 func (d Duration) Duration() time.Duration { return d.d }
 
-// Or is the duration, or def when the field is unset.
-func (d Duration) Or(def time.Duration) time.Duration {
+// or is the field as written, or def when it is unset: for the validators,
+// which run before withDefaults.
+func (d Duration) or(def time.Duration) time.Duration {
 	if !d.IsSet() || d.err != nil {
 		return def
 	}
 	return d.d
 }
 
-// PositiveOr is the duration, or def when it is unset or zero.
-func (d Duration) PositiveOr(def time.Duration) time.Duration {
-	if d.d > 0 {
-		return d.d
+// defaultTo gives an unset field the default it runs with; its text stays
+// unset, so a config written back reads the same.
+func (d *Duration) defaultTo(def time.Duration) {
+	if !d.IsSet() || d.err != nil {
+		d.d = def
 	}
-	return def
+}
+
+// defaultZeroTo is defaultTo for a field where 0 means the default too.
+func (d *Duration) defaultZeroTo(def time.Duration) {
+	if d.d <= 0 {
+		d.d = def
+	}
 }
 
 // check is the field's problem ("" path: none), as parseDuration says it.

@@ -35,16 +35,23 @@ func TestDuration(t *testing.T) {
 			t.Errorf("%q: the problem does not name its field: %v", tc.text, err)
 		}
 	}
-	// Or: unset gives the default, 0 stays 0 (reload.settle: 0 is no
-	// wait); PositiveOr: 0 gives the default too (run.grace).
-	if got := ParseDuration("").Or(time.Minute); got != time.Minute {
-		t.Errorf("unset Or: %v", got)
-	}
-	if got := ParseDuration("0s").Or(time.Minute); got != 0 {
-		t.Errorf("0s Or: %v", got)
-	}
-	if got := ParseDuration("0s").PositiveOr(time.Minute); got != time.Minute {
-		t.Errorf("0s PositiveOr: %v", got)
+	// defaultTo: unset gives the default, 0 stays 0 (reload.settle: 0 is
+	// no wait); defaultZeroTo: 0 gives the default too (run.grace).
+	for _, tc := range []struct {
+		text     string
+		zero     bool
+		want     time.Duration
+		wantText string
+	}{{"", false, time.Minute, ""}, {"0s", false, 0, "0s"}, {"0s", true, time.Minute, "0s"}, {"5s", true, 5 * time.Second, "5s"}} {
+		d := ParseDuration(tc.text)
+		if tc.zero {
+			d.defaultZeroTo(time.Minute)
+		} else {
+			d.defaultTo(time.Minute)
+		}
+		if d.Duration() != tc.want || d.String() != tc.wantText {
+			t.Errorf("%q (zero %v): %v %q, want %v %q", tc.text, tc.zero, d.Duration(), d.String(), tc.want, tc.wantText)
+		}
 	}
 
 	// JSON: a string, a number taken as its text (YAML's 30 or 0), null
@@ -111,7 +118,44 @@ reload:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Reload.SettleDuration() != 0 || c.Grace() != 30*time.Second {
-		t.Errorf("settle %v (want 0: no wait), grace %v (want the default)", c.Reload.SettleDuration(), c.Grace())
+	if c.Reload.Settle.Duration() != 0 || c.Run.Grace.Duration() != 30*time.Second {
+		t.Errorf("settle %v (want 0: no wait), grace %v (want the default)", c.Reload.Settle.Duration(), c.Run.Grace.Duration())
 	}
+}
+
+// Every default is in its field once the config is read, the empty one
+// too; the text stays unset, so a config written back is what was written.
+func TestDefaultsInFields(t *testing.T) {
+	for _, c := range []*Config{Empty(), mustParse(t, "{}\n")} {
+		if c.Dependencies.Timeout.Duration() != DefaultTimeout || c.Run.Grace.Duration() != DefaultGrace || c.RenderOptions.Timeout.Duration() != DefaultTimeout {
+			t.Errorf("defaults: timeout %v, grace %v, render %v", c.Dependencies.Timeout.Duration(), c.Run.Grace.Duration(), c.RenderOptions.Timeout.Duration())
+		}
+		if c.Bootstrap.Timeout.Duration() != DefaultBootstrapTimeout || c.Bootstrap.LeaseDuration.Duration() != DefaultLeaseDuration {
+			t.Errorf("bootstrap defaults: %v, %v", c.Bootstrap.Timeout.Duration(), c.Bootstrap.LeaseDuration.Duration())
+		}
+		if c.Run.Grace.IsSet() || c.Run.Grace.String() != "" {
+			t.Errorf("a default reads as written: %q", c.Run.Grace.String())
+		}
+	}
+	c := mustParse(t, "dependencies:\n  timeout: 5m\nlogs:\n  files: [{path: /var/log/x.log}]\n  sink: {type: stdout}\n")
+	if c.RenderOptions.Timeout.Duration() != 5*time.Minute {
+		t.Errorf("renderOptions.timeout %v, want the dependency timeout", c.RenderOptions.Timeout.Duration())
+	}
+	l := c.Logs
+	if l.Rescan.Duration() != DefaultLogsRescan || l.Drain.Duration() != DefaultLogsDrain || l.Multiline.Idle.Duration() != DefaultLogsIdle || l.Sink.AckTimeout.Duration() != DefaultLogsAckTimeout || l.StateDir != DefaultLogsStateDir {
+		t.Errorf("logs defaults: %+v", l)
+	}
+	out, err := json.Marshal(c.Run)
+	if err != nil || !strings.Contains(string(out), `"grace":""`) {
+		t.Errorf("run written back as %s (%v)", out, err)
+	}
+}
+
+func mustParse(t *testing.T, doc string) *Config {
+	t.Helper()
+	c, err := Parse("t.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

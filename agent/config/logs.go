@@ -197,22 +197,12 @@ func (c *Config) validateLogs(e *problems) {
 	}
 }
 
-// RescanEvery is logs.rescan, defaulted.
-func (l *Logs) RescanEvery() time.Duration { return l.Rescan.PositiveOr(DefaultLogsRescan) }
-
-// IdleFlush is logs.multiline.idle, defaulted.
-func (l *Logs) IdleFlush() time.Duration { return l.Multiline.Idle.PositiveOr(DefaultLogsIdle) }
-
-// AckWait is logs.sink.ackTimeout, defaulted.
-func (l *Logs) AckWait() time.Duration { return l.Sink.AckTimeout.PositiveOr(DefaultLogsAckTimeout) }
-
-// DrainFor is logs.drain, defaulted.
-func (l *Logs) DrainFor() time.Duration { return l.Drain.PositiveOr(DefaultLogsDrain) }
-
-// StateDirOr is logs.stateDir, defaulted.
-func (l *Logs) StateDirOr() string {
+func (l *Logs) withDefaults() {
+	l.Rescan.defaultZeroTo(DefaultLogsRescan)
+	l.Drain.defaultZeroTo(DefaultLogsDrain)
+	l.Multiline.Idle.defaultZeroTo(DefaultLogsIdle)
+	l.Sink.AckTimeout.defaultZeroTo(DefaultLogsAckTimeout)
 	if l.StateDir == "" {
-		return DefaultLogsStateDir
+		l.StateDir = DefaultLogsStateDir
 	}
-	return l.StateDir
 }

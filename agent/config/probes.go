@@ -431,18 +431,15 @@ func (ch *Check) Types() []string {
 	return types
 }
 
-// CheckTiming is a check's period, timeout and thresholds, defaulted.
-func (ch *Check) CheckTiming() (period, timeout time.Duration, failure, success int) {
-	period = ch.Period.PositiveOr(DefaultCheckPeriod)
-	timeout = ch.Timeout.PositiveOr(min(DefaultCheckTimeout, period))
-	failure, success = ch.FailureThreshold, ch.SuccessThreshold
-	if failure == 0 {
-		failure = 3
+func (ch *Check) withDefaults() {
+	ch.Period.defaultZeroTo(DefaultCheckPeriod)
+	ch.Timeout.defaultZeroTo(min(DefaultCheckTimeout, ch.Period.Duration()))
+	if ch.FailureThreshold == 0 {
+		ch.FailureThreshold = 3
 	}
-	if success == 0 {
-		success = 1
+	if ch.SuccessThreshold == 0 {
+		ch.SuccessThreshold = 1
 	}
-	return
 }
 
 // ProbeList is the check's probes, defaulted to [readiness].

@@ -31,7 +31,8 @@ sidecar:
 	if c.Probes.Socket != "off" {
 		t.Errorf("a bare YAML off: socket = %q, want off", c.Probes.Socket)
 	}
-	period, timeout, failure, success := c.Probes.Checks[1].CheckTiming()
+	ch := c.Probes.Checks[1]
+	period, timeout, failure, success := ch.Period.Duration(), ch.Timeout.Duration(), ch.FailureThreshold, ch.SuccessThreshold
 	if period != DefaultCheckPeriod || timeout != DefaultCheckTimeout || failure != 3 || success != 1 {
 		t.Errorf("defaults: %v %v %d %d", period, timeout, failure, success)
 	}
@@ -46,7 +47,7 @@ sidecar:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, timeout, _, _ := c2.Probes.Checks[0].CheckTiming(); timeout != 500*time.Millisecond {
+	if timeout := c2.Probes.Checks[0].Timeout.Duration(); timeout != 500*time.Millisecond {
 		t.Errorf("timeout %v, want the period", timeout)
 	}
 }

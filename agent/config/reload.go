@@ -98,16 +98,6 @@ func (c *Config) ReloadLease() string {
 	return "kolla-reload-" + c.Bootstrap.Name
 }
 
-// SettleDuration returns settle, defaulted.
-func (r *Reload) SettleDuration() time.Duration {
-	return r.Settle.Or(DefaultReloadSettle)
-}
-
-// Durations returns quiet, maxWait, rescan and verifyTimeout, defaulted.
-func (r *Reload) Durations() (quiet, maxWait, rescan, verify time.Duration) {
-	return r.Quiet.Or(DefaultReloadQuiet), r.MaxWait.Or(DefaultReloadMaxWait), r.Rescan.Or(DefaultReloadRescan), r.VerifyTimeout.Or(DefaultReloadVerify)
-}
-
 // ActionFor is the action for the file at dest.
 func (r *Reload) ActionFor(dest string) string {
 	for _, a := range r.Actions {
@@ -119,6 +109,18 @@ func (r *Reload) ActionFor(dest string) string {
 		return DefaultReloadAction
 	}
 	return r.Action
+}
+
+// withDefaults: in the reload, 0 is a value (settle 0: no wait).
+func (r *Reload) withDefaults() {
+	r.Quiet.defaultTo(DefaultReloadQuiet)
+	r.MaxWait.defaultTo(DefaultReloadMaxWait)
+	r.Rescan.defaultTo(DefaultReloadRescan)
+	r.VerifyTimeout.defaultTo(DefaultReloadVerify)
+	r.Settle.defaultTo(DefaultReloadSettle)
+	if r.StateDir == "" {
+		r.StateDir = DefaultReloadStateDir
+	}
 }
 
 // Strongest is the strongest action any of the changed files asks for:
@@ -182,15 +184,15 @@ func (c *Config) validateReload(e *problems) {
 		e.addErr(err)
 		durs[f.name] = err
 	}
-	q, m, _, v := r.Durations()
+	q, m, v, settle := r.Quiet.or(DefaultReloadQuiet), r.MaxWait.or(DefaultReloadMaxWait), r.VerifyTimeout.or(DefaultReloadVerify), r.Settle.or(DefaultReloadSettle)
 	if durs["quiet"] == nil && durs["maxWait"] == nil && r.MaxWait.IsSet() && m < q {
 		e.add("reload.maxWait: %s is shorter than quiet (%s)", m, q)
 	}
 	if durs["verifyTimeout"] == nil && r.VerifyTimeout.IsSet() && v == 0 {
 		e.add("reload.verifyTimeout: 0 (a reload must be verified within some time)")
 	}
-	if durs["verifyTimeout"] == nil && durs["settle"] == nil && r.SettleDuration() >= v {
-		e.add("reload.settle: %s is not shorter than verifyTimeout (%s), which includes it: every signal would be rolled back", r.SettleDuration(), v)
+	if durs["verifyTimeout"] == nil && durs["settle"] == nil && settle >= v {
+		e.add("reload.settle: %s is not shorter than verifyTimeout (%s), which includes it: every signal would be rolled back", settle, v)
 	}
 	if r.Source != "" && !slices.Contains(reloadSources, r.Source) {
 		e.add("reload.source: %q (want %s)", r.Source, oneOf(reloadSources))

@@ -132,12 +132,12 @@ func TestReloadDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := c.Reload
-	q, m, rs, v := r.Durations()
+	q, m, rs, v := r.Quiet.Duration(), r.MaxWait.Duration(), r.Rescan.Duration(), r.VerifyTimeout.Duration()
 	if q != time.Second || m != 10*time.Second || rs != 60*time.Second || v != 60*time.Second {
-		t.Errorf("Durations() = %v, %v, %v, %v; want 1s, 10s, 1m0s, 1m0s", q, m, rs, v)
+		t.Errorf("durations = %v, %v, %v, %v; want 1s, 10s, 1m0s, 1m0s", q, m, rs, v)
 	}
 	if q != DefaultReloadQuiet || m != DefaultReloadMaxWait || rs != DefaultReloadRescan || v != DefaultReloadVerify {
-		t.Error("Durations() differ from the Default* constants")
+		t.Error("the defaulted durations differ from the Default* constants")
 	}
 	if got := r.ActionFor("/etc/keystone/keystone.conf"); got != "signal" || DefaultReloadAction != "signal" {
 		t.Errorf("ActionFor = %q, want signal", got)
@@ -145,8 +145,8 @@ func TestReloadDefaults(t *testing.T) {
 	if got := r.SignalNumber(); got != syscall.SIGHUP {
 		t.Errorf("SignalNumber() = %v, want SIGHUP", got)
 	}
-	if len(r.Watch) != 0 || len(r.Validate) != 0 || len(r.Actions) != 0 || r.StateDir != "" {
-		t.Errorf("reload: {} filled something in: %+v", r)
+	if len(r.Watch) != 0 || len(r.Validate) != 0 || len(r.Actions) != 0 || r.StateDir != DefaultReloadStateDir {
+		t.Errorf("reload: {} filled in something without a default, or not the state directory: %+v", r)
 	}
 	if DefaultReloadStateDir != "/var/lib/kolla-agent/reload" {
 		t.Errorf("default state dir %q", DefaultReloadStateDir)
@@ -196,12 +196,13 @@ reload:
 			{Dest: "/etc/keystone/keystone-paste.ini", Command: "check --dest {{ .Dest }} {{ .Staged }}"},
 		},
 	}
+	want.withDefaults()
 	if !reflect.DeepEqual(r, want) {
 		t.Errorf("parsed\n%+v\nwant\n%+v", r, want)
 	}
-	q, m, rs, v := r.Durations()
+	q, m, rs, v := r.Quiet.Duration(), r.MaxWait.Duration(), r.Rescan.Duration(), r.VerifyTimeout.Duration()
 	if q != 500*time.Millisecond || m != 5*time.Second || rs != 2*time.Minute || v != 90*time.Second {
-		t.Errorf("Durations() = %v, %v, %v, %v", q, m, rs, v)
+		t.Errorf("durations = %v, %v, %v, %v", q, m, rs, v)
 	}
 	if got := r.SignalNumber(); got != syscall.SIGUSR1 {
 		t.Errorf("SignalNumber() = %v, want SIGUSR1", got)
@@ -229,9 +230,9 @@ func TestReloadDurations(t *testing.T) {
 			t.Errorf("%q: %v", tc.yaml, err)
 			continue
 		}
-		q, m, rs, v := c.Reload.Durations()
+		q, m, rs, v := c.Reload.Quiet.Duration(), c.Reload.MaxWait.Duration(), c.Reload.Rescan.Duration(), c.Reload.VerifyTimeout.Duration()
 		if q != tc.quiet || m != tc.maxWait || rs != tc.scan || v != tc.verify {
-			t.Errorf("%q: Durations() = %v, %v, %v, %v; want %v, %v, %v, %v", tc.yaml, q, m, rs, v, tc.quiet, tc.maxWait, tc.scan, tc.verify)
+			t.Errorf("%q: durations = %v, %v, %v, %v; want %v, %v, %v, %v", tc.yaml, q, m, rs, v, tc.quiet, tc.maxWait, tc.scan, tc.verify)
 		}
 	}
 }

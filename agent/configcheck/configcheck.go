@@ -119,7 +119,7 @@ func summarize(w io.Writer, source string, c *config.Config, kollaPath string, k
 		}
 	}
 	if n := len(c.Dependencies.Wait); n > 0 {
-		p("dependencies: %d, within %s", n, c.Timeout())
+		p("dependencies: %d, within %s", n, c.Dependencies.Timeout.Duration())
 		for _, d := range c.Dependencies.Wait {
 			extra := ""
 			if d.Timeout.IsSet() {
@@ -147,9 +147,9 @@ func summarize(w io.Writer, source string, c *config.Config, kollaPath string, k
 	if supervise == "" {
 		supervise = "auto"
 	}
-	p("run: %s; supervise %s; grace %s", run, supervise, c.Grace())
+	p("run: %s; supervise %s; grace %s", run, supervise, c.Run.Grace.Duration())
 	if b := c.Bootstrap; b.Enabled() {
-		p("bootstrap: %s mode, name %s, within %s", b.Mode, b.Name, b.BootstrapTimeout())
+		p("bootstrap: %s mode, name %s, within %s", b.Mode, b.Name, b.Timeout.Duration())
 		if b.Job != "" {
 			p("  job template: %s", b.Job)
 		}
@@ -186,14 +186,13 @@ func summarize(w io.Writer, source string, c *config.Config, kollaPath string, k
 		}
 		for i := range c.Probes.Checks {
 			ch := &c.Probes.Checks[i]
-			period, timeout, _, _ := ch.CheckTiming()
-			p("  %s: %s for %s, every %s within %s", ch.Name, checkType(ch), strings.Join(ch.ProbeList(), ", "), period, timeout)
+			p("  %s: %s for %s, every %s within %s", ch.Name, checkType(ch), strings.Join(ch.ProbeList(), ", "), ch.Period.Duration(), ch.Timeout.Duration())
 		}
 	} else {
 		p("probes: none")
 	}
 	if r := c.Reload; r != nil {
-		quiet, _, _, verify := r.Durations()
+		quiet, verify := r.Quiet.Duration(), r.VerifyTimeout.Duration()
 		watch := "the kolla config dir and the templates' directories"
 		if len(r.Watch) > 0 {
 			watch = strings.Join(r.Watch, ", ")
@@ -221,7 +220,7 @@ func summarize(w io.Writer, source string, c *config.Config, kollaPath string, k
 		if l.Sink.Address != "" {
 			sink += " " + l.Sink.Address
 		}
-		p("logs: %d file patterns to %s; offsets in %s", len(l.Files), sink, l.StateDirOr())
+		p("logs: %d file patterns to %s; offsets in %s", len(l.Files), sink, l.StateDir)
 		for _, f := range l.Files {
 			p("  %s", f.Path)
 		}
