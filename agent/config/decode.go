@@ -130,16 +130,8 @@ func (w *walker) value(v any, t reflect.Type, path, obj string, coerce bool) (_ 
 			return v, true
 		}
 		return w.mismatch(v, path, obj, "a string or a list of strings")
-	case durationType: // a string, as a string field is; its validator parses it
-		switch v.(type) {
-		case string:
-			return v, true
-		case json.Number, bool:
-			if coerce {
-				return v, true
-			}
-		}
-		return w.mismatch(v, path, obj, "string")
+	case durationType: // a string field's text, parsed by its validator
+		t = reflect.TypeFor[string]()
 	}
 	switch t.Kind() {
 	case reflect.String:
