@@ -18,7 +18,7 @@ import (
 // Targets, not asserted: RSS <= 25 MiB, CPU <= 0.2% of a core.
 func BenchmarkFootprintIdle(b *testing.B) {
 	pod := startDutyPod(b, defaultPeriods)
-	sleep := exec.Command("sleep", "3600")
+	sleep := diesWithTest(exec.Command("sleep", "3600"))
 	if err := sleep.Start(); err != nil {
 		b.Fatal(err)
 	}

@@ -75,7 +75,7 @@ logs:
 	const writers = 4
 	writerDone := make(chan error, writers)
 	for k := range writers {
-		w := exec.Command("/usr/bin/python3", "-c", watchedWriter, log, strconv.Itoa(k*total/writers), strconv.Itoa(total/writers))
+		w := diesWithTest(exec.Command("/usr/bin/python3", "-c", watchedWriter, log, strconv.Itoa(k*total/writers), strconv.Itoa(total/writers)))
 		w.Stdout, w.Stderr = os.Stderr, os.Stderr
 		if err := w.Start(); err != nil {
 			t.Fatal(err)

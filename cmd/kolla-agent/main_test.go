@@ -149,9 +149,21 @@ func startAgent(t testing.TB, env []string, args ...string) *agentProc {
 	return startAgentCmd(t, exec.Command(s.bin, args...), env)
 }
 
+// diesWithTest makes c killed when the test binary dies, a -timeout panic
+// included: an agent in sidecar mode, or a service, would otherwise run on
+// and write into the next run's machine.
+func diesWithTest(c *exec.Cmd) *exec.Cmd {
+	if c.SysProcAttr == nil {
+		c.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	c.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	return c
+}
+
 // startAgentCmd starts the agent through cmd (a wrapper such as unshare).
 func startAgentCmd(t testing.TB, cmd *exec.Cmd, env []string) *agentProc {
 	t.Helper()
+	diesWithTest(cmd)
 	a := &agentProc{t: t, done: make(chan struct{}), cmd: cmd}
 	a.cmd.Env = env
 	// A service orphaned by a killed agent keeps the output pipe open: do

@@ -106,7 +106,7 @@ logs:
 
 	var service *exec.Cmd
 	startService := func() {
-		service = exec.Command("/usr/bin/python3", "-c", soakWriter, log, counter, "soak-writer")
+		service = diesWithTest(exec.Command("/usr/bin/python3", "-c", soakWriter, log, counter, "soak-writer"))
 		service.Stdout, service.Stderr = os.Stderr, os.Stderr
 		if err := service.Start(); err != nil {
 			t.Fatal(err)

@@ -290,7 +290,7 @@ func TestSidecarFindsServiceAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	startSvc := func() *exec.Cmd {
-		c := exec.Command(svc, "300")
+		c := diesWithTest(exec.Command(svc, "300"))
 		if err := c.Start(); err != nil {
 			t.Fatal(err)
 		}
