@@ -183,7 +183,7 @@ func (a *Agent) env(name string) string {
 }
 
 // path maps an absolute path of the pod's filesystem under --root.
-func (a *Agent) path(p string) string { return config.HostPath(a.opts.Root, p) }
+func (a *Agent) path(p string) string { return render.UnderRoot(a.opts.Root, p) }
 
 // LoadPlan chooses the config: an explicit --config wins; else
 // kubernetes-entrypoint's DEPENDENCY_* variables make the agent its drop-in;

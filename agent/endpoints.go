@@ -83,9 +83,11 @@ func (s *session) newEndpointsDuty(h *serviceHandle) *duty {
 	if !s.Config.Bootstrap.FollowsExposure() || h.svc == nil {
 		return nil
 	}
-	d := s.side("endpoints", s.followEndpoints, nil)
-	d.early = true // no catalog write once the pod is told to stop
-	return d
+	// Early: no catalog write once the pod is told to stop.
+	return &duty{name: "endpoints", early: true, run: func(ctx context.Context) error {
+		s.sideDuty(ctx, "endpoints", s.followEndpoints)
+		return nil
+	}}
 }
 
 // followEndpoints keeps the catalog on the public address while the

@@ -28,7 +28,11 @@ func (s *session) newLogsDuty() (*duty, error) {
 	if lr == nil || err != nil {
 		return nil, err
 	}
-	return s.side("logs", func(ctx context.Context) error { return lr.run(ctx) }, lr.close), nil
+	return &duty{name: "logs", run: func(ctx context.Context) error {
+		s.sideDuty(ctx, "logs", lr.run)
+		lr.close() // the sink is kept across the shipper's restarts
+		return nil
+	}}, nil
 }
 
 func (s *session) newLogs() (*logsRun, error) {

@@ -58,8 +58,9 @@ func (h *serviceHandle) started(ctx context.Context) bool {
 }
 
 // duty is one of the agent's duties in the steady state. run works until
-// its context ends; a run that returns by itself ends the steady state
-// (the service's: it exited), unless the duty is a side one (side).
+// its context ends; a run that returns by itself ends the steady state (the
+// service's: it exited). A duty that must not do that runs its work
+// through sideDuty, which starts it again.
 type duty struct {
 	name string
 	run  func(ctx context.Context) error
@@ -322,18 +323,6 @@ func (a *Agent) serveProbes(ctx context.Context, addr, sock string) error {
 		}
 	}()
 	return srv.Serve()
-}
-
-// side is a duty that must never take the service down (sideDuty); done,
-// if set, runs once it has stopped for good.
-func (a *Agent) side(name string, fn func(context.Context) error, done func()) *duty {
-	return &duty{name: name, run: func(ctx context.Context) error {
-		a.sideDuty(ctx, name, fn)
-		if done != nil {
-			done()
-		}
-		return nil
-	}}
 }
 
 // sideDuty runs a duty that must never take the service down: when it fails

@@ -2,7 +2,6 @@ package config
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 )
 
@@ -19,10 +18,7 @@ type Duration struct {
 // ParseDuration is text as a config field holds it ("" is unset).
 func ParseDuration(text string) Duration {
 	d := Duration{raw: text}
-	d.d, d.err = parseDuration("", text)
-	if d.err != nil {
-		d.d = 0
-	}
+	d.d, d.err = parseDuration("", text) // 0 with the error
 	return d
 }
 
@@ -93,5 +89,3 @@ func (d Duration) check(field string) (time.Duration, error) {
 	}
 	return d.d, nil
 }
-
-var _ fmt.Stringer = Duration{}

@@ -15,18 +15,13 @@ func Read(root, explicit string) (path, source string, b []byte, err error) {
 	if source == "" {
 		source = DefaultPath
 	}
-	path = HostPath(root, source)
+	path = source
+	if root != "" {
+		path = filepath.Join(root, source)
+	}
 	b, err = os.ReadFile(path)
 	if explicit == "" && errors.Is(err, fs.ErrNotExist) {
 		return "", "embedded default", nil, nil
 	}
 	return path, source, b, err
-}
-
-// HostPath maps an absolute path of the pod's filesystem under root (--root).
-func HostPath(root, p string) string {
-	if root == "" || p == "" {
-		return p
-	}
-	return filepath.Join(root, p)
 }

@@ -96,7 +96,7 @@ func Check(o Options, w io.Writer) error {
 // beside agent.yaml); one that is in neither place is not an error here:
 // the pod's volumes are not on this machine.
 func checkTemplate(root, src, beside string) error {
-	for _, p := range []string{config.HostPath(root, src), filepath.Join(beside, filepath.Base(src))} {
+	for _, p := range []string{render.UnderRoot(root, src), filepath.Join(beside, filepath.Base(src))} {
 		b, err := os.ReadFile(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kolla-agent/kolla-agent/agent/render"
 	"github.com/kolla-agent/kolla-agent/agent/supervise"
 )
 
@@ -79,11 +80,11 @@ func Start(ctx context.Context, c StartConfig) (Hook, error) {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	env := c.Env
-	if err := os.WriteFile(c.path(kollaRunCommand), []byte(c.Command), 0o644); err != nil {
+	if err := os.WriteFile(render.UnderRoot(c.Root, kollaRunCommand), []byte(c.Command), 0o644); err != nil {
 		// kolla writes it as root through sudo; a non-root agent cannot,
 		// and the agent itself never reads it.
 		c.Logger.Info("kolla: "+kollaRunCommand+" not written", "reason", err.Error())
-	} else if err := os.Chmod(c.path(kollaRunCommand), 0o644); err != nil {
+	} else if err := os.Chmod(render.UnderRoot(c.Root, kollaRunCommand), 0o644); err != nil {
 		return Hook{}, err
 	}
 	if err := c.copyCACerts(ctx); err != nil {
@@ -204,10 +205,10 @@ set -o xtrace
 func (c StartConfig) copyCACerts(ctx context.Context) error {
 	env := c.Env
 	srcDir := kollaCACertDir
-	ents, err := os.ReadDir(c.path(srcDir))
+	ents, err := os.ReadDir(render.UnderRoot(c.Root, srcDir))
 	if errors.Is(err, fs.ErrNotExist) || (err == nil && len(ents) == 0) {
 		srcDir = kollaCACertFallback
-		ents, err = os.ReadDir(c.path(srcDir))
+		ents, err = os.ReadDir(render.UnderRoot(c.Root, srcDir))
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -237,9 +238,9 @@ func (c StartConfig) copyCACerts(ctx context.Context) error {
 	}
 	var dest, update string
 	switch {
-	case isDir(c.path("/usr/local/share/ca-certificates")):
+	case isDir(render.UnderRoot(c.Root, "/usr/local/share/ca-certificates")):
 		dest, update = "/usr/local/share/ca-certificates", "update-ca-certificates"
-	case isDir(c.path("/etc/pki/ca-trust/source/anchors")):
+	case isDir(render.UnderRoot(c.Root, "/etc/pki/ca-trust/source/anchors")):
 		dest, update = "/etc/pki/ca-trust/source/anchors", "update-ca-trust"
 	default:
 		return imageErr("kolla: %s holds CA certificates, but the image has no trust store the agent knows (/usr/local/share/ca-certificates, /etc/pki/ca-trust/source/anchors)", srcDir)
@@ -248,12 +249,12 @@ func (c StartConfig) copyCACerts(ctx context.Context) error {
 		if e.IsDir() {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(c.path(srcDir), e.Name()))
+		b, err := os.ReadFile(filepath.Join(render.UnderRoot(c.Root, srcDir), e.Name()))
 		if err != nil {
 			return fmt.Errorf("kolla: %w", err)
 		}
 		name := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())) + ".crt" // update-ca-certificates reads *.crt only
-		if err := os.WriteFile(filepath.Join(c.path(dest), "kolla-customca-"+name), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(render.UnderRoot(c.Root, dest), "kolla-customca-"+name), b, 0o644); err != nil {
 			return fmt.Errorf("kolla: %w", err)
 		}
 	}
@@ -263,11 +264,4 @@ func (c StartConfig) copyCACerts(ctx context.Context) error {
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
-}
-
-func (c StartConfig) path(p string) string {
-	if c.Root == "" {
-		return p
-	}
-	return filepath.Join(c.Root, p)
 }

@@ -27,10 +27,16 @@ func (o Overlay) Host(root, p string) string {
 			return filepath.Join(h, filepath.FromSlash(strings.TrimPrefix(p, dir)))
 		}
 	}
-	if root == "" {
+	return UnderRoot(root, filepath.FromSlash(p))
+}
+
+// UnderRoot is where the pod's absolute path p is on this host: under root
+// (--root), or p itself without one. "" stays "" (a path not given).
+func UnderRoot(root, p string) string {
+	if root == "" || p == "" {
 		return p
 	}
-	return filepath.Join(root, filepath.FromSlash(p))
+	return filepath.Join(root, p)
 }
 
 // File is one file of a rendered config as it is wanted: what a reload

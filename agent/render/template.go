@@ -265,12 +265,12 @@ func planTemplates(items []TemplateItem, root string) ([]RenderedTemplate, error
 			return nil, fmt.Errorf("%s: %s is also render[%d].dest", field("dest"), it.Dest, j)
 		}
 		dests[dest] = i
-		f := RenderedTemplate{Item: it, Path: templateUnderRoot(root, dest), UID: -1, GID: -1}
+		f := RenderedTemplate{Item: it, Path: UnderRoot(root, dest), UID: -1, GID: -1}
 		// Missing directories are made at the write, as kolla's
 		// set_configs makes a destination's parents; what exists on the
 		// way must be a directory.
 		for d := filepath.Dir(dest); ; d = filepath.Dir(d) {
-			fi, err := os.Stat(templateUnderRoot(root, d))
+			fi, err := os.Stat(UnderRoot(root, d))
 			if err == nil && !fi.IsDir() {
 				return nil, fmt.Errorf("%s: %s: %s is not a directory", field("dest"), it.Dest, d)
 			}
@@ -303,13 +303,6 @@ func templatePerm(s string) (fs.FileMode, error) {
 		return DefaultTemplatePerm, nil
 	}
 	return ParsePerm(s)
-}
-
-func templateUnderRoot(root, p string) string {
-	if root == "" {
-		return p
-	}
-	return filepath.Join(root, p)
 }
 
 // templateRun is one render: its deadline, and what it has seen, so that
@@ -379,7 +372,7 @@ func (r *templateRun) renderAll(files []RenderedTemplate) error {
 
 // readSource reads a template through its volume's snapshot.
 func (r *templateRun) readSource(src string) ([]byte, error) {
-	top := templateUnderRoot(r.o.Root, "/")
+	top := UnderRoot(r.o.Root, "/")
 	return r.readThrough(src, r.o.Overlay.Host(r.o.Root, src), top, os.ReadFile)
 }
 
@@ -716,7 +709,7 @@ func (r *templateRun) readAllowed(p string) ([]byte, error) {
 		if err != nil || !filepath.IsAbs(dir) || !filepath.IsLocal(rel) || rel == "." {
 			continue
 		}
-		host := templateUnderRoot(r.o.Root, dir)
+		host := UnderRoot(r.o.Root, dir)
 		return r.readThrough(p, filepath.Join(host, rel), host, func(path string) ([]byte, error) {
 			root, err := os.OpenRoot(host)
 			if err != nil {
