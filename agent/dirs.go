@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/kolla-agent/kolla-agent/agent/config"
 	"golang.org/x/sys/unix"
+
+	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/probes"
 )
 
 // checkDirs checks, before anything starts, that each directory a
@@ -23,7 +25,7 @@ func (a *Agent) checkDirs(cfg *config.Config) error {
 		mode       os.FileMode
 	}
 	var needs []need
-	if s := probeSocket(cfg); s != "" {
+	if _, s := probes.Listeners(&cfg.Probes); s != "" {
 		needs = append(needs, need{"probes.socket", filepath.Dir(s), 0o755})
 	}
 	if cfg.Reload != nil {

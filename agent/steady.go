@@ -216,7 +216,7 @@ func checksDuty(h *serviceHandle, health *probes.Health) *duty {
 // dependency waiter for the checks that follow dependencies.
 func (s *session) newHealth(h *serviceHandle) (*probes.Health, error) {
 	var deps *discovery.Waiter
-	if wait := dependencyChecks(s.Config); len(wait) > 0 {
+	if wait := probes.Dependencies(s.Config.Probes.Checks); len(wait) > 0 {
 		dc, err := s.discoveryConfig(wait)
 		if err != nil {
 			return nil, err
@@ -225,7 +225,8 @@ func (s *session) newHealth(h *serviceHandle) (*probes.Health, error) {
 			return nil, configErr("%s: probes: %v", s.Source, err)
 		}
 	}
-	specs, err := s.checkSpecs(h, deps)
+	specs, err := probes.SpecsFrom(s.Config.Probes.Checks, probes.Means{PIDs: h.pids, Spawner: h.spawner, Env: h.env, Argv: h.argv,
+		Sidecar: h.svc == nil, Root: s.opts.Root, Dependencies: deps, Logger: s.log})
 	if err != nil {
 		return nil, configErr("%s: %v", s.Source, err)
 	}
@@ -274,16 +275,21 @@ func (a *Agent) startProbes(cfg *config.Config) *probeRun {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr := &probeRun{cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
+	addr, sock := probes.Listeners(&cfg.Probes)
 	for _, l := range []struct{ duty, addr, sock string }{
-		{"probe-server", probeAddress(cfg), ""},
-		{"probe-socket", "", probeSocket(cfg)},
+		{"probe-server", addr, ""},
+		{"probe-socket", "", sock},
 	} {
 		if l.addr == "" && l.sock == "" {
 			continue
 		}
 		wg.Go(func() {
 			a.sideDuty(ctx, l.duty, func(ctx context.Context) error {
-				return a.serveProbes(ctx, l.addr, l.sock)
+				srv, err := probes.NewServer(probes.ServerConfig{Address: l.addr, Socket: l.sock, Current: a.health.Load, Gatherer: a.registry, Logger: a.log})
+				if err != nil {
+					return err
+				}
+				return srv.Run(ctx) // an error before ctx ends (the address is taken) is the duty's failure
 			})
 		})
 	}
@@ -304,27 +310,6 @@ func (a *Agent) gate(name, reason string) {
 	}
 }
 
-// serveProbes serves until ctx ends; an error before that (the address is
-// taken) is the duty's failure.
-func (a *Agent) serveProbes(ctx context.Context, addr, sock string) error {
-	srv, err := probes.NewServer(probes.ServerConfig{Address: addr, Socket: sock, Current: a.health.Load, Gatherer: a.registry, Logger: a.log})
-	if err != nil {
-		return err
-	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-		case <-done:
-		}
-	}()
-	return srv.Serve()
-}
-
 // sideDuty runs a duty that must never take the service down: when it fails
 // it is logged, counted, shown in ?verbose, and started again with backoff
 // until ctx ends.
@@ -341,28 +326,6 @@ func (a *Agent) sideDuty(ctx context.Context, name string, fn func(context.Conte
 		},
 		Retrying: func() { a.health.Load().SetDegraded(name, "") },
 	}, fn)
-}
-
-// probeAddress and probeSocket: the configured listeners, defaulted when
-// there are checks, "" when off.
-func probeAddress(cfg *config.Config) string {
-	return listener(cfg.Probes.Address, config.DefaultProbeAddress, cfg)
-}
-
-func probeSocket(cfg *config.Config) string {
-	return listener(cfg.Probes.Socket, config.DefaultProbeSocket, cfg)
-}
-
-func listener(v, def string, cfg *config.Config) string {
-	switch {
-	case v == "off":
-		return ""
-	case v != "":
-		return v
-	case len(cfg.Probes.Checks) > 0:
-		return def
-	}
-	return ""
 }
 
 var _ service = (*supervise.Supervisor)(nil)

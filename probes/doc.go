@@ -19,6 +19,9 @@
 //     liveness unless a check says so: an outage of a shared dependency must
 //     not restart every pod at once.
 //
-// What it does not do: decide what the service is (the agent gives it the
-// checks and a PIDSource), or act on a failure (the kubelet does).
+// The checks come from agent.yaml's probes: section (SpecsFrom, Listeners),
+// built with the means the agent passes (Means).
+//
+// What it does not do: decide what the service is (the agent gives it a
+// PIDSource), or act on a failure (the kubelet does).
 package probes

@@ -331,6 +331,25 @@ func (s *Server) Serve() error {
 	return first
 }
 
+// Run serves until ctx ends, then shuts down, letting requests in flight
+// finish for up to 2s. An error before that (the address is taken) is
+// returned: the agent serves each listener as a duty of its own, which
+// starts it again.
+func (s *Server) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			s.Shutdown(sctx)
+		case <-done:
+		}
+	}()
+	return s.Serve()
+}
+
 // Shutdown stops the server, letting requests in flight finish (bounded by
 // ctx). The agent calls it last, so probes answer through the whole stop.
 func (s *Server) Shutdown(ctx context.Context) error {

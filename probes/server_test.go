@@ -541,3 +541,51 @@ func TestServerJSONBody(t *testing.T) {
 		})
 	}
 }
+
+// TestServerRun: Run serves until its context ends and then stops
+// listening; an address that is taken is Run's error at once.
+func TestServerRun(t *testing.T) {
+	e, _ := coreServer(t)
+	srv, err := NewServer(ServerConfig{Health: e.h, Address: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	addr := srv.Addrs()[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+
+	taken, err := NewServer(ServerConfig{Health: e.h, Address: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := taken.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "listen on "+addr) {
+		t.Errorf("Run on a taken address: %v", err)
+	}
+
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/livez")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/livez: %d", resp.StatusCode)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return once its context ended")
+	}
+	if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		conn.Close()
+		t.Error("still listening after Run returned")
+	}
+}
