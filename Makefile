@@ -108,8 +108,8 @@ demo-keystone: build
 	bash hack/install-tools.sh fluent >/dev/null
 	bash examples/demo/keystone.sh $(BIN)
 
-# The keystone example on the local control plane (hack/testenv): the agent
-# as init container with its ServiceAccount, the bootstrap Job created once,
-# probes and EndpointSlices; the control plane is torn down (~30 s warm).
+# examples/ (mariadb, memcached, keystone) as real pods on a real node, as
+# root: the images built here, the pods, their Events, the probe answers and
+# a token; the node is stopped and the host put back (a few minutes warm).
 demo-cluster: build tools
-	bash examples/demo/cluster.sh $(BIN)
+	bash examples/demo/cluster.sh

@@ -64,21 +64,6 @@ func TestDemoKeystone(t *testing.T) {
 	}
 }
 
-// The stand-in kubelet's demo: the real-node one (examples/demo/node) shares
-// internal/slice with e2e's examples test, and the e2e package holds the
-// machine's one node while this package's tests run.
-func TestDemoCluster(t *testing.T) {
-	out := runDemo(t, "examples/demo/cluster.sh", "KOLLA_DEMO_STANDIN=1")
-	if n := strings.Count(out, "ready=true serving=true terminating=false"); n < 2 {
-		t.Errorf("want both keystone endpoints ready, saw %d:\n%s", n, out)
-	}
-	for _, want := range []string{"kolla.openstack.org/bootstrapped=True", "exited 0", "serving=false terminating=true"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the demo's output lacks %q:\n%s", want, out)
-		}
-	}
-}
-
 func runDemo(t *testing.T, script string, env ...string) string {
 	t.Helper()
 	cmd := exec.Command("bash", script, s.bin)

@@ -10,13 +10,21 @@
 // keystone through its Service. Everything is stopped and the host put back
 // at the end.
 //
-// Usage: node REPO (exit 3: no node can run here, and why)
+// With -env DIR it uses the node `hack/testenv up DIR` (or the end-to-end
+// tests) left running instead of starting one, and at the end deletes what
+// it applied (the namespace, mariadb's volume) and leaves the node up: how
+// e2e's TestDemoCluster runs it beside its own tests (with -imported: they
+// imported the images).
+//
+// Usage: node [-env DIR [-imported]] REPO (exit 3: no node can run here, and why)
 package main
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +38,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -41,15 +50,18 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: node REPO")
+	envDir := flag.String("env", "", "use the node hack/testenv left running in `DIR`")
+	imported := flag.Bool("imported", false, "with -env: the node's containerd has the images (the e2e tests imported them)")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: node [-env DIR] REPO")
 		os.Exit(2)
 	}
 	if why := testenv.NodeMissing(); why != "" {
 		fmt.Fprintln(os.Stderr, "demo-cluster: no real node here:", why)
-		os.Exit(3) // cluster.sh runs the stand-in demo instead
+		os.Exit(3)
 	}
-	if err := run(os.Args[1]); err != nil {
+	if err := run(flag.Arg(0), *envDir, *imported && *envDir != ""); err != nil {
 		fmt.Fprintln(os.Stderr, "demo-cluster:", err)
 		os.Exit(1)
 	}
@@ -59,7 +71,7 @@ func step(format string, a ...any) {
 	fmt.Printf("\n\033[1m== "+format+"\033[0m\n", a...)
 }
 
-func run(repo string) error {
+func run(repo, envDir string, imported bool) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	work, err := os.MkdirTemp("", "kolla-agent-node-demo-")
@@ -85,22 +97,21 @@ func run(repo string) error {
 	fmt.Printf("  (%.0fs)\n", time.Since(start).Seconds())
 
 	step("2. A control plane and a real node (hack/testenv): containerd, runc, the kubelet, kube-proxy, kube-scheduler")
-	env, err := testenv.StartWith(filepath.Join(work, "testenv"), testenv.Options{Node: true})
+	env, done, err := node(ctx, work, envDir)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		step("7. Stopping it all; the host is put back as it was")
-		if err := env.Stop(); err != nil {
-			fmt.Println("  ", err)
-		}
-	}()
+	defer done()
 	c := env.Client()
 	start = time.Now()
-	if _, err := env.ImportImages(ctx, work, imgs...); err != nil {
-		return err
+	if imported {
+		fmt.Printf("  node %s Ready; its containerd has the images already\n", testenv.NodeName)
+	} else {
+		if _, err := env.ImportImages(ctx, work, imgs...); err != nil {
+			return err
+		}
+		fmt.Printf("  node %s Ready; images imported into its containerd in %.0fs\n", testenv.NodeName, time.Since(start).Seconds())
 	}
-	fmt.Printf("  node %s Ready; images imported into its containerd in %.0fs\n", testenv.NodeName, time.Since(start).Seconds())
 
 	step("3. kubectl apply -k examples/ (mariadb, memcached, keystone), only the images swapped")
 	objs, err := slice.Build(repo, "mariadb", "memcached", "keystone")
@@ -124,7 +135,7 @@ func run(repo string) error {
 		return err
 	}
 	pv := &corev1.PersistentVolume{
-		ObjectMeta: metav1.ObjectMeta{Name: "demo-mariadb-data"},
+		ObjectMeta: metav1.ObjectMeta{Name: demoPV},
 		Spec: corev1.PersistentVolumeSpec{
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")},
 			AccessModes:                   []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
@@ -228,6 +239,69 @@ func run(repo string) error {
 	return nil
 }
 
+// node starts a control plane and a node in work, or opens the one
+// running in envDir. done stops what it started, or deletes from the
+// running one what the demo applied.
+func node(ctx context.Context, work, envDir string) (*testenv.Env, func(), error) {
+	if envDir == "" {
+		env, err := testenv.StartWith(filepath.Join(work, "testenv"), testenv.Options{Node: true})
+		if err != nil {
+			return nil, nil, err
+		}
+		return env, func() {
+			step("7. Stopping it all; the host is put back as it was")
+			if err := env.Stop(); err != nil {
+				fmt.Println("  ", err)
+			}
+		}, nil
+	}
+	env, err := testenv.Open(envDir)
+	if err == nil && !env.Node() {
+		err = fmt.Errorf("%s runs no node (hack/testenv up as root starts one)", envDir)
+	}
+	if err == nil {
+		err = env.Healthy(ctx)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Printf("  the one hack/testenv runs in %s\n", envDir)
+	return env, func() {
+		step("7. Deleting what the demo applied; the node runs on")
+		if err := unapply(env.Client()); err != nil {
+			fmt.Println("  ", err)
+		}
+	}, nil
+}
+
+// unapply deletes the demo's namespace and mariadb's volume, and waits
+// until the namespace is gone: whoever applies the examples next finds none
+// of it.
+func unapply(c kubernetes.Interface) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	err := c.CoreV1().Namespaces().Delete(ctx, slice.Namespace, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err = c.CoreV1().PersistentVolumes().Delete(ctx, demoPV, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := c.CoreV1().Namespaces().Get(ctx, slice.Namespace, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return errors.New("namespace " + slice.Namespace + " still there after 3 minutes")
+	}
+	fmt.Printf("  namespace %s and persistentvolume %s deleted\n", slice.Namespace, demoPV)
+	return nil
+}
+
+// demoPV is mariadb's volume, a directory of the demo's work directory.
+const demoPV = "demo-mariadb-data"
+
 func podReady(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
 		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
@@ -239,8 +313,14 @@ func printPods(w io.Writer, pods []corev1.Pod) {
 	fmt.Fprintln(tw, "  NAME\tREADY\tSTATUS\tRESTARTS\tIP\tNODE")
 	for _, p := range pods {
 		ready, restarts := 0, int32(0)
+		sidecars := map[string]bool{}
+		for _, ic := range p.Spec.InitContainers {
+			sidecars[ic.Name] = ic.RestartPolicy != nil && *ic.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		}
 		for _, cs := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
-			if cs.Ready {
+			// A completed init container reports Ready too: kubectl
+			// counts the containers and the native sidecars only.
+			if _, init := sidecars[cs.Name]; cs.Ready && (!init || sidecars[cs.Name]) {
 				ready++
 			}
 			restarts += cs.RestartCount
