@@ -113,7 +113,7 @@ type session struct {
 	*Plan
 	// boot is the bootstrap, resolved once for the steps before the service
 	// and those after the rollout.
-	boot *bootRun
+	boot *bootstrap.Run
 	// probes is the probe server, started before the wait (run, sidecar).
 	probes *probeRun
 	// rendered is the config the service starts with (run; nil in

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/discovery"
 )
@@ -35,32 +34,15 @@ func (s *session) catalog(writes bool) (*bootstrap.Catalog, error) {
 	if e == nil {
 		return nil, configErr("%s: no bootstrap.endpoints", s.Source)
 	}
-	cred, err := bootstrap.ReadCredentials(s.path(e.Credentials))
+	c, err := bootstrap.NewCatalog(e, s.opts.Root)
 	if err != nil {
-		return nil, configErr("%s: bootstrap.endpoints.credentials: %v", s.Source, err)
-	}
-	if _, err := cred.RegionFor(e.Region); err != nil {
 		return nil, configErr("%s: %v", s.Source, err)
 	}
 	kube, err := s.kubeClient()
 	if err != nil {
 		return nil, err
 	}
-	c := &bootstrap.Catalog{
-		Service:       bootstrap.Registration{Type: e.Type, Name: e.Name, Description: e.Description, Region: e.Region},
-		Credentials:   cred,
-		Namespace:     s.Namespace,
-		ClusterDomain: s.templateOptions().ClusterDomain,
-		Log:           s.log,
-	}
-	for _, f := range []struct {
-		iface string
-		u     *config.EndpointURL
-	}{{"public", e.Public}, {"internal", e.Internal}, {"admin", e.Admin}} {
-		if f.u != nil {
-			c.URLs = append(c.URLs, bootstrap.EndpointURL{Interface: f.iface, URL: f.u.URL, Service: f.u.Service, Path: f.u.Path})
-		}
-	}
+	c.Namespace, c.ClusterDomain, c.Log = s.Namespace, s.templateOptions().ClusterDomain, s.log
 	if kube == nil {
 		return c, nil
 	}

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/render"
 	"github.com/kolla-agent/kolla-agent/discovery"
 )
 
@@ -34,6 +36,32 @@ type Catalog struct {
 	Kube     *discovery.Kube
 	Identity string
 	Log      *slog.Logger
+}
+
+// NewCatalog is bootstrap.endpoints as a Catalog: its credentials read
+// (a directory under root) and its region checked; an error is bad input.
+// The caller adds the rest: the namespace, the cluster domain and the API.
+func NewCatalog(e *config.Endpoints, root string) (*Catalog, error) {
+	cred, err := ReadCredentials(render.UnderRoot(root, e.Credentials))
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap.endpoints.credentials: %v", err)
+	}
+	if _, err := cred.RegionFor(e.Region); err != nil {
+		return nil, err
+	}
+	c := &Catalog{
+		Service:     Registration{Type: e.Type, Name: e.Name, Description: e.Description, Region: e.Region},
+		Credentials: cred,
+	}
+	for _, f := range []struct {
+		iface string
+		u     *config.EndpointURL
+	}{{"public", e.Public}, {"internal", e.Internal}, {"admin", e.Admin}} {
+		if f.u != nil {
+			c.URLs = append(c.URLs, EndpointURL{Interface: f.iface, URL: f.u.URL, Service: f.u.Service, Path: f.u.Path})
+		}
+	}
+	return c, nil
 }
 
 // EndpointError is a URL the catalog cannot be told: a Service's without
