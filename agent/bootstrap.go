@@ -164,12 +164,12 @@ func (s *session) runCommand(ctx context.Context, argv []string) (int, error) {
 	tail := supervise.NewTail(2048)
 	sup, err := supervise.New(supervise.Config{
 		Command:    argv,
-		Env:        s.childEnv(cred),
+		Env:        supervise.ChildEnv(os.Environ(), cred),
 		Credential: cred,
 		QuietArgs:  true,
 		Grace:      s.Config.Run.Grace.Duration(),
 		Logger:     s.log,
-		Signals:    forwarded(),
+		Signals:    supervise.ForwardedSignals(),
 		Stdout:     io.MultiWriter(os.Stdout, tail),
 		Stderr:     io.MultiWriter(os.Stderr, tail),
 	})

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
-	"syscall"
 
 	"github.com/google/shlex"
 
@@ -202,7 +200,7 @@ func (s *session) runService(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return 0, configErr("run.user/run.group: %v", err)
 	}
-	env := s.childEnv(cred)
+	env := supervise.ChildEnv(os.Environ(), cred)
 	s.closeToken()
 	command, oneShot, err := s.command(rc.Kolla, args)
 	if err != nil {
@@ -251,7 +249,7 @@ func (s *session) runService(ctx context.Context, args []string) (int, error) {
 	if !s.supervise(run.Supervise, cfg.SteadyState()) {
 		return 0, execAs(command, env, cred)
 	}
-	h, err := s.supervised(supervise.Config{Command: command, Env: env, Credential: cred, Grace: cfg.Run.Grace.Duration(), Logger: s.log, Signals: forwarded()})
+	h, err := s.supervised(supervise.Config{Command: command, Env: env, Credential: cred, Grace: cfg.Run.Grace.Duration(), Logger: s.log, Signals: supervise.ForwardedSignals()})
 	if err != nil {
 		return 0, err
 	}
@@ -313,19 +311,6 @@ func (s *session) kollaStart(ctx context.Context, kc *kolla.Config, env []string
 	return hook, err
 }
 
-// forwarded are the signals the supervisor passes to the service as they
-// come. SIGTERM is not among them: it stops the agent's steady state, which
-// fails readiness first and then stops the service (Supervisor.Stop).
-func forwarded() []os.Signal {
-	var out []os.Signal
-	for _, s := range supervise.DefaultSignals() {
-		if s != syscall.SIGTERM {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // command chooses what to run: kolla's bootstrap or upgrade command when
 // KOLLA_BOOTSTRAP or KOLLA_UPGRADE is in the environment (an empty value
 // counts, as in kolla's extend_start.sh) and one is configured (oneShot);
@@ -377,46 +362,10 @@ func (a *Agent) supervise(mode string, steady bool) bool {
 	return os.Getpid() == 1 || steady
 }
 
-// childEnv is the service's environment: the container's, minus the agent's
-// own variables, with HOME, USER and LOGNAME of the user it runs as (what
-// kolla's `sudo -u` gives it).
-func (a *Agent) childEnv(cred *supervise.Identity) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "KOLLA_AGENT_") {
-			continue
-		}
-		if cred != nil && (strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "USER=") || strings.HasPrefix(kv, "LOGNAME=")) {
-			continue
-		}
-		env = append(env, kv)
-	}
-	if cred != nil {
-		env = append(env, "HOME="+cred.Home, "USER="+cred.Name, "LOGNAME="+cred.Name)
-	}
-	return env
-}
-
 // execAs replaces the agent with the service, as the given user.
 func execAs(command, env []string, cred *supervise.Identity) error {
-	if cred != nil {
-		if err := syscall.Setgroups(toInts(cred.Credential.Groups)); err != nil {
-			return fmt.Errorf("setgroups: %w", err)
-		}
-		if err := syscall.Setgid(int(cred.Credential.Gid)); err != nil {
-			return fmt.Errorf("setgid: %w", err)
-		}
-		if err := syscall.Setuid(int(cred.Credential.Uid)); err != nil {
-			return fmt.Errorf("setuid: %w", err)
-		}
+	if err := supervise.Become(cred); err != nil {
+		return err
 	}
 	return execEnv(command, env)
-}
-
-func toInts(u []uint32) []int {
-	out := make([]int, len(u))
-	for i, v := range u {
-		out[i] = int(v)
-	}
-	return out
 }

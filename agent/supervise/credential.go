@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/kolla-agent/kolla-agent/agent/users"
@@ -67,4 +68,47 @@ func LookupCredential(root, user, group string) (*Identity, error) {
 	return &Identity{Name: u.Name, Home: u.Home, Credential: syscall.Credential{
 		Uid: uint32(u.UID), Gid: uint32(gid), Groups: groups,
 	}}, nil
+}
+
+// ChildEnv is the service's environment: environ (the container's) minus
+// the agent's own variables (KOLLA_AGENT_*), with HOME, USER and LOGNAME of
+// id when it runs as another user (what kolla's `sudo -u` gives it).
+func ChildEnv(environ []string, id *Identity) []string {
+	var env []string
+	for _, kv := range environ {
+		if strings.HasPrefix(kv, "KOLLA_AGENT_") {
+			continue
+		}
+		if id != nil && (strings.HasPrefix(kv, "HOME=") || strings.HasPrefix(kv, "USER=") || strings.HasPrefix(kv, "LOGNAME=")) {
+			continue
+		}
+		env = append(env, kv)
+	}
+	if id != nil {
+		env = append(env, "HOME="+id.Home, "USER="+id.Name, "LOGNAME="+id.Name)
+	}
+	return env
+}
+
+// Become makes this process id (its groups, then its gid, then its uid:
+// the order in which each step is still allowed), before it execs the
+// service; nil id keeps the agent's.
+func Become(id *Identity) error {
+	if id == nil {
+		return nil
+	}
+	groups := make([]int, len(id.Credential.Groups))
+	for i, g := range id.Credential.Groups {
+		groups[i] = int(g)
+	}
+	if err := syscall.Setgroups(groups); err != nil {
+		return fmt.Errorf("setgroups: %w", err)
+	}
+	if err := syscall.Setgid(int(id.Credential.Gid)); err != nil {
+		return fmt.Errorf("setgid: %w", err)
+	}
+	if err := syscall.Setuid(int(id.Credential.Uid)); err != nil {
+		return fmt.Errorf("setuid: %w", err)
+	}
+	return nil
 }

@@ -1,9 +1,12 @@
 package supervise
 
 import (
+	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -77,4 +80,22 @@ func id(name, home string, uid, gid uint32, groups ...uint32) *Identity {
 	i := &Identity{Name: name, Home: home}
 	i.Credential.Uid, i.Credential.Gid, i.Credential.Groups = uid, gid, groups
 	return i
+}
+
+func TestChildEnv(t *testing.T) {
+	environ := []string{"PATH=/usr/bin", "KOLLA_AGENT_DNS_SERVER=1.2.3.4", "HOME=/root", "USER=root", "LOGNAME=root", "OS_CLOUD=x"}
+	if got, want := ChildEnv(environ, nil), []string{"PATH=/usr/bin", "HOME=/root", "USER=root", "LOGNAME=root", "OS_CLOUD=x"}; !slices.Equal(got, want) {
+		t.Errorf("as the agent: %q, want %q", got, want)
+	}
+	id := &Identity{Name: "keystone", Home: "/var/lib/keystone"}
+	if got, want := ChildEnv(environ, id), []string{"PATH=/usr/bin", "OS_CLOUD=x", "HOME=/var/lib/keystone", "USER=keystone", "LOGNAME=keystone"}; !slices.Equal(got, want) {
+		t.Errorf("as keystone: %q, want %q", got, want)
+	}
+}
+
+func TestForwardedSignals(t *testing.T) {
+	got := ForwardedSignals()
+	if slices.Contains(got, os.Signal(syscall.SIGTERM)) || len(got) != len(DefaultSignals())-1 {
+		t.Errorf("ForwardedSignals() = %v: want DefaultSignals() %v but SIGTERM", got, DefaultSignals())
+	}
 }

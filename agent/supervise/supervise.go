@@ -38,6 +38,19 @@ func DefaultSignals() []os.Signal {
 		syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH}
 }
 
+// ForwardedSignals are DefaultSignals but SIGTERM, for a supervisor whose
+// SIGTERM is the caller's: the agent's stops its steady state, which fails
+// readiness first and then stops the service (Stop).
+func ForwardedSignals() []os.Signal {
+	var out []os.Signal
+	for _, s := range DefaultSignals() {
+		if s != syscall.SIGTERM {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Config is what to run and how.
 type Config struct {
 	// Command is the program and its arguments; Command[0] without a slash is
