@@ -59,7 +59,7 @@ func (s *session) render(ctx context.Context, mode RenderMode) (*kolla.Config, [
 	if mode == RenderApply {
 		r, err = s.renderAndCommit(ctx)
 	} else {
-		r, err = s.renderConfig(ctx)
+		r, err = s.renderConfig(ctx, nil)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -88,13 +88,9 @@ func (s *session) renderAndCommit(ctx context.Context) (*kolla.Output, error) {
 }
 
 // renderConfig renders kolla's config.json (kolla mode) and the templates
-// of agent.yaml into memory. An overlay reads the sources of some volumes
-// from the agent's copies of their ConfigMaps.
-func (s *session) renderConfig(ctx context.Context, overlay ...render.Overlay) (*kolla.Output, error) {
-	var ov render.Overlay
-	if len(overlay) > 0 {
-		ov = overlay[0]
-	}
+// of agent.yaml into memory. An overlay (nil: none) reads the sources of
+// some volumes from the agent's copies of their ConfigMaps.
+func (s *session) renderConfig(ctx context.Context, ov render.Overlay) (*kolla.Output, error) {
 	return s.renderConfigWith(ctx, ov, false)
 }
 

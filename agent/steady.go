@@ -11,6 +11,7 @@ import (
 	"github.com/oklog/run"
 
 	"github.com/kolla-agent/kolla-agent/agent/config"
+	"github.com/kolla-agent/kolla-agent/agent/reload"
 	"github.com/kolla-agent/kolla-agent/agent/supervise"
 	"github.com/kolla-agent/kolla-agent/discovery"
 	"github.com/kolla-agent/kolla-agent/probes"
@@ -38,7 +39,7 @@ type serviceHandle struct {
 	argv    []string         // its command line; nil in sidecar mode
 	// signal and restart are what a reload does to it: the supervisor
 	// under run, the found process in sidecar mode; nil without reload.
-	signal  signaller
+	signal  reload.Signaller
 	restart func(context.Context) error
 }
 

@@ -16,10 +16,13 @@ import (
 	"strings"
 	"sync"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kolla-agent/kolla-agent/agent/render"
+	"github.com/kolla-agent/kolla-agent/discovery"
 )
 
 // ConfigMapAPI is what the API source needs of the API server, in the
@@ -31,6 +34,32 @@ type ConfigMapAPI interface {
 	// and after every change, until ctx ends; onErr is told of the API's
 	// failures, which it retries by itself.
 	ConfigMap(ctx context.Context, name string, onErr func(op string, err error)) <-chan []*unstructured.Unstructured
+}
+
+var (
+	podsGVR       = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+)
+
+// configMapAPI is ConfigMapAPI on the agent's client.
+type configMapAPI struct {
+	kube    *discovery.Kube
+	ns, pod string
+}
+
+func (c configMapAPI) Pod(ctx context.Context) (*unstructured.Unstructured, error) {
+	u, err := c.kube.Resource(podsGVR, c.ns).Get(ctx, c.pod, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", c.ns, c.pod, err)
+	}
+	return u, nil
+}
+
+// ConfigMap is one narrowed watch, followed for the pod's life.
+func (c configMapAPI) ConfigMap(ctx context.Context, name string, onErr func(op string, err error)) <-chan []*unstructured.Unstructured {
+	obs := c.kube.Observe(ctx, configMapsGVR, c.ns, discovery.Selector{Name: name}, onErr)
+	obs.Follow()
+	return obs.C
 }
 
 // APISource is reload.source: api. It watches the ConfigMap behind each

@@ -23,8 +23,12 @@
 // WriteVolume (shadow.go) in the kubelet's own layout, so that a change is
 // taken before the kubelet has it; the volume stays the fallback.
 //
-// How the service is acted on, the Lease that bounds replicas reloading at
-// once and the API client are the agent's (agent/reload.go,
-// agent/reload_api.go) and reach this package as Config's functions and
-// the ConfigMapAPI.
+// A Duty (duty.go) is the reload of one `run` or `sidecar`, built from
+// agent.yaml's reload: section: it runs the Watcher, the APISource and a
+// pass per burst, acts (a signal or restart through the service's
+// Signaller, a rollout through bootstrap.Rollout), waits for its turn among
+// the replicas (HoldSlot over bootstrap's Leases), and reports to readiness,
+// Events and Metrics. What it needs of the agent (the render, the service,
+// its Health, the API client, Events) reaches it in Means; the agent only
+// starts it once the service runs and restarts it when it fails.
 package reload
