@@ -1,7 +1,9 @@
 package supervise
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -97,5 +99,35 @@ func TestForwardedSignals(t *testing.T) {
 	got := ForwardedSignals()
 	if slices.Contains(got, os.Signal(syscall.SIGTERM)) || len(got) != len(DefaultSignals())-1 {
 		t.Errorf("ForwardedSignals() = %v: want DefaultSignals() %v but SIGTERM", got, DefaultSignals())
+	}
+}
+
+// Become is tried in a child of the test binary: it changes the calling
+// process for good. Root is needed to change user; CI runs as root.
+func TestBecome(t *testing.T) {
+	if os.Getenv("SUPERVISE_BECOME_CHILD") == "1" {
+		id := &Identity{Credential: syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{65534, 4}}}
+		if err := Become(id); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		groups, _ := os.Getgroups()
+		fmt.Printf("uid=%d euid=%d gid=%d groups=%v\n", os.Getuid(), os.Geteuid(), os.Getgid(), groups)
+		os.Exit(0)
+	}
+	if err := Become(nil); err != nil {
+		t.Errorf("Become(nil): %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("changing user needs root (CI runs as root)")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBecome$")
+	cmd.Env = append(os.Environ(), "SUPERVISE_BECOME_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if want := "uid=65534 euid=65534 gid=65534 groups=[4 65534]"; !strings.Contains(string(out), want) {
+		t.Errorf("after Become: %s, want %s", out, want)
 	}
 }
