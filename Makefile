@@ -67,14 +67,17 @@ fuzz:
 # raw output goes to bin/bench/; hack/bench keeps its benchmark lines in
 # docs/benchmarks.txt (benchstat's input: `benchstat old.txt
 # docs/benchmarks.txt`) and writes the table of docs/benchmarks.md from them.
+# A run measures one commit: it refuses to start with uncommitted changes,
+# and to write if HEAD moved meanwhile.
 BENCHRAW := bin/bench
 bench: tools build
 	mkdir -p $(BENCHRAW)
+	$(GO) run ./hack/bench -start $(BENCHRAW)/commit
 	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 40m ./cmd/... ./discovery/... ./internal/... 2>&1 | tee $(BENCHRAW)/e2e.txt"
 	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchtime 20x -count 3 ./agent/... 2>&1 | tee $(BENCHRAW)/agent.txt"
 	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -count 1 -timeout 30m ./probes/... 2>&1 | tee $(BENCHRAW)/probes.txt"
 	bash -o pipefail -c "$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 30m ./e2e/ 2>&1 | tee $(BENCHRAW)/pods.txt"
-	$(GO) run ./hack/bench -txt docs/benchmarks.txt -doc docs/benchmarks.md $(BENCHRAW)/e2e.txt $(BENCHRAW)/agent.txt $(BENCHRAW)/probes.txt $(BENCHRAW)/pods.txt
+	$(GO) run ./hack/bench -commit $(BENCHRAW)/commit -txt docs/benchmarks.txt -doc docs/benchmarks.md $(BENCHRAW)/e2e.txt $(BENCHRAW)/agent.txt $(BENCHRAW)/probes.txt $(BENCHRAW)/pods.txt
 
 demo: build
 	bash examples/local/demo.sh $(BIN)

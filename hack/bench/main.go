@@ -5,12 +5,22 @@
 //
 //	go run ./hack/bench -txt docs/benchmarks.txt -doc docs/benchmarks.md RAW...
 //
-// With no RAW file it reads -txt and only rewrites the table.
+// With no RAW file it reads -txt and only rewrites the table, when the txt
+// is as make bench wrote it (its sha256 line) and the code is still that of
+// the commit it measured (docs/ and the README aside).
+//
+// make bench begins with `go run ./hack/bench -start FILE`, which refuses a
+// worktree with changes and writes HEAD to FILE; given -commit FILE, the
+// write at the end checks that HEAD and the worktree are still that commit,
+// so the table names the one commit every figure was measured at. Nothing
+// is written (the txt neither) unless every figure is in the run.
 package main
 
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +28,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"os/exec"
 	"regexp"
 	"runtime"
 	"slices"
@@ -38,15 +49,74 @@ func main() {
 	txt := flag.String("txt", "docs/benchmarks.txt", "the benchmark lines (benchstat's input), written from RAW or read")
 	doc := flag.String("doc", "docs/benchmarks.md", "the doc whose table is rewritten")
 	readme := flag.String("readme", "README.md", "the README whose table of headline figures is rewritten")
+	start := flag.String("start", "", "check that the worktree is a commit and write it to `FILE`, then exit")
+	commit := flag.String("commit", "", "with RAW: the `FILE` -start wrote; the run must end at that commit")
 	flag.Parse()
-	if err := run(*txt, *doc, *readme, flag.Args()); err != nil {
+	var err error
+	if *start != "" {
+		err = startRun(".", *start)
+	} else {
+		err = run(".", *txt, *doc, *readme, *commit, flag.Args())
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(txtPath, docPath, readmePath string, raws []string) error {
+// startRun writes the commit the benchmarks measure to file, when the
+// worktree in repo is that commit.
+func startRun(repo, file string) error {
+	c, err := cleanCommit(repo)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, []byte(c+"\n"), 0o644)
+}
+
+// cleanCommit is HEAD of repo, an error when the worktree has changes: a
+// table must come from one commit.
+func cleanCommit(repo string) (string, error) {
+	out, err := git(repo, "status", "--porcelain", "--untracked-files=no")
+	if err != nil {
+		return "", err
+	}
+	if out != "" {
+		return "", fmt.Errorf("the worktree has changes; commit them first, so that the table names the commit it measured:\n%s", out)
+	}
+	return git(repo, "rev-parse", "HEAD")
+}
+
+func git(repo string, args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = repo
+	out, err := cmd.Output()
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		return "", fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(ee.Stderr))
+	} else if err != nil {
+		return "", fmt.Errorf("git %s: %v", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func run(repo, txtPath, docPath, readmePath, commitFile string, raws []string) error {
+	var txt []byte
 	if len(raws) > 0 {
+		if commitFile == "" {
+			return errors.New("-commit FILE is needed with RAW files: the commit -start recorded")
+		}
+		b, err := os.ReadFile(commitFile)
+		if err != nil {
+			return err
+		}
+		started := strings.TrimSpace(string(b))
+		now, err := cleanCommit(repo)
+		if err != nil {
+			return fmt.Errorf("at the end of the run: %w", err)
+		}
+		if now != started {
+			return fmt.Errorf("the run began at %s and ends at %s: its figures measured more than one commit", started, now)
+		}
 		var all bytes.Buffer
 		for _, r := range raws {
 			b, err := os.ReadFile(r)
@@ -56,27 +126,80 @@ func run(txtPath, docPath, readmePath string, raws []string) error {
 			all.Write(b)
 			all.WriteByte('\n')
 		}
-		clean := benchLines(&all, machine())
-		if err := os.WriteFile(txtPath, clean, 0o644); err != nil {
+		txt = seal(benchLines(&all, append(machine(), commitLine+started)))
+	} else {
+		b, err := os.ReadFile(txtPath)
+		if err != nil {
 			return err
 		}
+		if err := checkSeal(b); err != nil {
+			return fmt.Errorf("%s: %w", txtPath, err)
+		}
+		c := measured(b)
+		out, err := git(repo, "diff", "--name-only", c, "--", ".", ":(exclude)docs", ":(exclude)README.md")
+		if err != nil {
+			return fmt.Errorf("%s: measured at %s: %w", txtPath, c, err)
+		}
+		if out != "" {
+			return fmt.Errorf("%s measured commit %s, and the code has changed since (%s): run make bench", txtPath, c, strings.ReplaceAll(out, "\n", ", "))
+		}
+		txt = b
 	}
-	b, err := os.ReadFile(txtPath)
-	if err != nil {
-		return err
-	}
-	res, err := parse(bytes.NewReader(b))
+	res, err := parse(bytes.NewReader(txt))
 	if err != nil {
 		return fmt.Errorf("%s: %w", txtPath, err)
 	}
 	table, headlines, err := render(res)
 	if err != nil {
-		return fmt.Errorf("%s: %w", txtPath, err)
+		return fmt.Errorf("%s: %w (nothing written)", txtPath, err)
+	}
+	if len(raws) > 0 {
+		if err := os.WriteFile(txtPath, txt, 0o644); err != nil {
+			return err
+		}
 	}
 	if err := rewrite(docPath, beginMark, endMark, table); err != nil {
 		return err
 	}
 	return rewrite(readmePath, headlineMark, headlineEnd, headlines)
+}
+
+// The txt's own lines, which benchstat ignores (neither a configuration
+// nor a result line): the commit measured, and a sha256 of every line
+// before it, so a line changed by hand is refused.
+const (
+	commitLine = "kolla-agent bench of commit "
+	sealLine   = "kolla-agent bench sha256 "
+)
+
+func seal(txt []byte) []byte {
+	sum := sha256.Sum256(txt)
+	return append(txt, sealLine+hex.EncodeToString(sum[:])+"\n"...)
+}
+
+func checkSeal(txt []byte) error {
+	i := bytes.LastIndex(txt, []byte(sealLine))
+	if i < 0 || i > 0 && txt[i-1] != '\n' {
+		return errors.New("no sha256 line: not as make bench writes it; run make bench")
+	}
+	sum := sha256.Sum256(txt[:i])
+	if strings.TrimSuffix(string(txt[i+len(sealLine):]), "\n") != hex.EncodeToString(sum[:]) {
+		return errors.New("changed since make bench wrote it (its sha256 line does not match): run make bench")
+	}
+	if measured(txt[:i]) == "" {
+		return errors.New("no commit line: run make bench")
+	}
+	return nil
+}
+
+// measured is the commit the txt names, "" when none.
+func measured(txt []byte) string {
+	for _, l := range strings.Split(string(txt), "\n") {
+		if c, ok := strings.CutPrefix(l, commitLine); ok {
+			return strings.TrimSpace(c)
+		}
+	}
+	return ""
 }
 
 // rewrite puts text between the file's begin and end lines.
@@ -135,6 +258,7 @@ func benchLines(raw io.Reader, head []string) []byte {
 type results struct {
 	samples map[string]map[string][]float64
 	config  map[string]string // the first value of each configuration key
+	commit  string            // the commit measured
 }
 
 // parse reads benchmark lines (the format benchstat reads).
@@ -144,6 +268,10 @@ func parse(r io.Reader) (*results, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
+		if c, ok := strings.CutPrefix(line, commitLine); ok {
+			res.commit = strings.TrimSpace(c)
+			continue
+		}
 		if configLine.MatchString(line) {
 			k, v, _ := strings.Cut(line, ": ")
 			if _, ok := res.config[k]; !ok {
@@ -208,8 +336,8 @@ func render(r *results) (table, headlines string, err error) {
 	}
 	var b, h strings.Builder
 	h.WriteString("| what | kolla-agent | baseline, same run | ratio |\n|---|---|---|---|\n")
-	fmt.Fprintf(&b, "Machine: %s, %s cores, %s/%s, %s. Each value is the median of the run's samples (`-count`); the baseline is measured by the same benchmark in the same run; ratio = kolla-agent / baseline.\n\n",
-		orUnknown(r.config["cpu"]), orUnknown(r.config["cores"]), orUnknown(r.config["goos"]), orUnknown(r.config["goarch"]), orUnknown(r.config["go"]))
+	fmt.Fprintf(&b, "Commit %s. Machine: %s, %s cores, %s/%s, %s. Each value is the median of the run's samples (`-count`); the baseline is measured by the same benchmark in the same run; ratio = kolla-agent / baseline.\n\n",
+		orUnknown(shortCommit(r.commit)), orUnknown(r.config["cpu"]), orUnknown(r.config["cores"]), orUnknown(r.config["goos"]), orUnknown(r.config["goarch"]), orUnknown(r.config["go"]))
 	b.WriteString("| duty | figure | kolla-agent | baseline, same run | ratio | target |\n|---|---|---|---|---|---|\n")
 	for _, f := range figures {
 		ours, ok := use(f.Bench, f.Ours)
@@ -263,6 +391,13 @@ func zero(vs []float64) bool {
 		}
 	}
 	return true
+}
+
+func shortCommit(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
 }
 
 func orUnknown(s string) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -149,6 +150,9 @@ func TestTablesInStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := checkSeal(txt); err != nil {
+		t.Fatalf("docs/benchmarks.txt: %v", err)
+	}
 	r, err := parse(strings.NewReader(string(txt)))
 	if err != nil {
 		t.Fatal(err)
@@ -172,5 +176,115 @@ func TestTablesInStep(t *testing.T) {
 		if string(want) != string(doc) {
 			t.Errorf("%s: the table is not what docs/benchmarks.txt gives: run `go run ./hack/bench` (or `make bench`)", c.path)
 		}
+	}
+}
+
+func TestSealRefusesHandEdits(t *testing.T) {
+	body := []byte("go: go1.99\n" + commitLine + "0123abcd\n" + sample)
+	txt := seal(body)
+	if err := checkSeal(txt); err != nil {
+		t.Fatalf("a sealed txt: %v", err)
+	}
+	if r, err := parse(strings.NewReader(string(txt))); err != nil || r.commit != "0123abcd" {
+		t.Errorf("parse: commit %q, %v", r.commit, err)
+	}
+	for name, c := range map[string]struct {
+		txt  string
+		want string
+	}{
+		"a value edited":    {strings.Replace(string(txt), "12.5 agent-ms", "10.5 agent-ms", 1), "does not match"},
+		"a line added":      {strings.Replace(string(txt), "BenchmarkB", "BenchmarkB-2 1 0 ns/op 3 x\nBenchmarkB", 1), "does not match"},
+		"a line after it":   {string(txt) + "BenchmarkC-2 1 0 ns/op\n", "does not match"},
+		"no seal":           {string(body), "no sha256 line"},
+		"no commit, sealed": {string(seal([]byte(sample))), "no commit line"},
+	} {
+		if err := checkSeal([]byte(c.txt)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error saying %q", name, err, c.want)
+		}
+	}
+}
+
+// gitRepo is a repository with one commit of a file and a doc.
+func gitRepo(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git:", err)
+	}
+	dir := t.TempDir()
+	for p, c := range map[string]string{"code.go": "package x\n", "docs/benchmarks.md": "# B\n" + beginMark + "\n" + endMark + "\n", "README.md": headlineMark + "\n" + headlineEnd + "\n"} {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitIn(t, dir, "init", "-q")
+	gitIn(t, dir, "add", ".")
+	gitIn(t, dir, "commit", "-qm", "one")
+	return dir
+}
+
+func gitIn(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@example.org"}, args...)...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v: %s", args, err, out)
+	}
+}
+
+// One run, one commit: a worktree with changes is refused at the start, a
+// commit made during the run at the end, and a run missing a figure writes
+// nothing, the txt neither.
+func TestRunOneCommit(t *testing.T) {
+	saved := figures
+	t.Cleanup(func() { figures = saved })
+	figures = []figure{{Area: "a", What: "latency", Bench: "BenchmarkA", Ours: "agent-ms/median", Base: "poller-ms/median", BaseIs: "a poller"},
+		{Area: "b", What: "x", Bench: "BenchmarkB/sub_name=1", Ours: "x"}}
+	dir := gitRepo(t)
+	raw := filepath.Join(t.TempDir(), "raw.txt")
+	os.WriteFile(raw, []byte(sample), 0o644)
+	commitFile := filepath.Join(t.TempDir(), "commit")
+	txt, doc, readme := filepath.Join(dir, "docs/benchmarks.txt"), filepath.Join(dir, "docs/benchmarks.md"), filepath.Join(dir, "README.md")
+
+	os.WriteFile(filepath.Join(dir, "code.go"), []byte("package y\n"), 0o644)
+	if err := startRun(dir, commitFile); err == nil || !strings.Contains(err.Error(), "code.go") {
+		t.Errorf("start with a changed file: %v", err)
+	}
+	gitIn(t, dir, "checkout", "-q", "code.go")
+	if err := startRun(dir, commitFile); err != nil {
+		t.Fatal(err)
+	}
+
+	figures = append(figures, figure{Area: "c", What: "gone", Bench: "BenchmarkC", Ours: "y"})
+	if err := run(dir, txt, doc, readme, commitFile, []string{raw}); err == nil || !strings.Contains(err.Error(), "nothing written") {
+		t.Errorf("a figure missing: %v", err)
+	}
+	if _, err := os.Stat(txt); !os.IsNotExist(err) {
+		t.Errorf("the txt was written with a figure missing: %v", err)
+	}
+	figures = figures[:2]
+
+	if err := run(dir, txt, doc, readme, commitFile, []string{raw}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(doc)
+	head, _ := os.ReadFile(commitFile)
+	if !strings.Contains(string(b), "Commit "+strings.TrimSpace(string(head))[:12]+". Machine") {
+		t.Errorf("the table does not name the commit %s:\n%s", head, b)
+	}
+	gitIn(t, dir, "add", ".")
+	gitIn(t, dir, "commit", "-qm", "bench: the table")
+
+	// Re-rendering from the txt: docs may change, the code may not.
+	if err := run(dir, txt, doc, readme, "", nil); err != nil {
+		t.Errorf("re-render after a docs-only commit: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "code.go"), []byte("package z\n"), 0o644)
+	gitIn(t, dir, "commit", "-qam", "two")
+	if err := run(dir, txt, doc, readme, "", nil); err == nil || !strings.Contains(err.Error(), "code.go") {
+		t.Errorf("re-render after the code changed: %v", err)
+	}
+	if err := run(dir, txt, doc, readme, commitFile, []string{raw}); err == nil || !strings.Contains(err.Error(), "more than one commit") {
+		t.Errorf("a run that began at another commit: %v", err)
 	}
 }
