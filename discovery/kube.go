@@ -134,7 +134,9 @@ func (r *apiRetry) Step() time.Duration {
 func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, onSet func([]any) (bool, error)) error {
 	b := newAPIRetry()
 	set := map[string]*unstructured.Unstructured{}
-	rv := "" // "" : list first
+	rv := ""            // "" : list first
+	polls := firstPolls // after a refusal, the polls before the verb is tried again
+	told := false       // getPoll's onSet has seen a set
 	call := func() []any {
 		keys := slices.Sorted(maps.Keys(set))
 		objs := make([]any, len(keys))
@@ -148,11 +150,16 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 			l, err := lw.list(ctx)
 			if apierrors.IsForbidden(err) && lw.sel.name != "" {
 				// The Role grants get only (helm-toolkit's rule for custom
-				// resources): poll the one object by name.
+				// resources): poll the one object by name, and try the
+				// LIST again now and then (see firstPolls).
 				if n, ok := lw.c.(interface{ refused(verb string, err error) }); ok {
 					n.refused("list", err)
 				}
-				return getPoll(ctx, lw, sleep, set, onSet, call)
+				if done, err := getPoll(ctx, lw, sleep, set, onSet, call, polls, &told); done {
+					return err
+				}
+				polls = min(2*polls, maxPolls)
+				continue
 			}
 			if err != nil {
 				if !sleep(ctx, b.Step()) {
@@ -169,11 +176,23 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 		wi, err := lw.watch(ctx, rv)
 		if apierrors.IsForbidden(err) {
 			// The Role grants get and list, not watch (openstack-helm's
-			// entrypoint Role): poll instead of retrying a refused verb.
+			// entrypoint Role): poll, and try the WATCH again now and then
+			// from the last poll (see firstPolls).
 			if n, ok := lw.c.(interface{ refused(verb string, err error) }); ok {
 				n.refused("watch", err)
 			}
-			return pollSet(ctx, lw, sleep, set, onSet, call)
+			next, done, err := pollSet(ctx, lw, sleep, set, onSet, call, polls)
+			if done {
+				return err
+			}
+			if next != "" {
+				rv = next
+			}
+			polls = min(2*polls, maxPolls)
+			if !sleep(ctx, pollInterval()) { // the retry takes a poll's turn
+				return ctx.Err()
+			}
+			continue
 		}
 		if err != nil {
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
@@ -184,6 +203,7 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 			}
 			continue
 		}
+		polls = firstPolls // a later refusal is tried again as soon
 		next, done, err := follow(ctx, wi, set, rv, onSet, call)
 		wi.Stop()
 		if done {
@@ -208,36 +228,58 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 // kubernetes-entrypoint's loop, never faster.
 const pollEvery = 2 * time.Second
 
-// pollSet is watchSet for a resource the agent may list but not watch: a
-// LIST every pollEvery (plus up to a quarter more, so a fleet's polls do not
-// line up; API errors are retried at the same pace), and onSet only when the
-// set changed. It returns when onSet is done or ctx ends.
-func pollSet(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, set map[string]*unstructured.Unstructured, onSet func([]any) (bool, error), call func() []any) error {
-	for {
-		if !sleep(ctx, pollEvery+rand.N(pollEvery/4)) {
-			return ctx.Err()
+// A refused verb is tried again after firstPolls polls, then after twice
+// as many each time, up to maxPolls (about 5 minutes): a refusal is not
+// always the Role's. An API server that has just started refuses until its
+// RBAC caches are filled ("clusterrole ... not found"): in BenchmarkScale's
+// restart only 212 of 500 agents' 2,500 watches came back, the others
+// polling for the rest of the wait. The retry takes a poll's turn, so a lookup never makes more
+// than one request per pollEvery.
+const (
+	firstPolls = 1
+	maxPolls   = 128
+)
+
+// pollInterval is pollEvery plus up to a quarter more, so a fleet's polls
+// do not line up.
+func pollInterval() time.Duration { return pollEvery + rand.N(pollEvery/4) }
+
+// pollSet is watchSet for a resource the agent may list but not watch: n
+// LISTs at pollInterval (API errors count and are retried at the same
+// pace), and onSet only when the set changed. It returns when onSet is
+// done, after the n-th LIST (with its resourceVersion, "" when none
+// answered), or when ctx ends.
+func pollSet(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, set map[string]*unstructured.Unstructured, onSet func([]any) (bool, error), call func() []any, n int) (string, bool, error) {
+	rv := ""
+	for range n {
+		if !sleep(ctx, pollInterval()) {
+			return rv, true, ctx.Err()
 		}
 		l, err := lw.list(ctx)
 		if err != nil {
 			continue
 		}
+		rv = l.GetResourceVersion()
 		if sameSet(set, l.Items) {
 			continue
 		}
 		replaceSet(set, l.Items)
 		if done, err := onSet(call()); done {
-			return err
+			return rv, true, err
 		}
 	}
+	return rv, false, nil
 }
 
-// getPoll is pollSet for a Role that grants get but not list: a GET of the
-// one object by name at the same pace; not found is the empty set.
-func getPoll(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, set map[string]*unstructured.Unstructured, onSet func([]any) (bool, error), call func() []any) error {
-	told := false // onSet has seen a set
-	for first := true; ; first = false {
-		if !first && !sleep(ctx, pollEvery+rand.N(pollEvery/4)) {
-			return ctx.Err()
+// getPoll is pollSet for a Role that grants get but not list: n GETs of the
+// one object by name at the same pace (the very first at once, beside the
+// first refused LIST), then one more wait, whose turn the retried LIST
+// takes. Not found is the empty set; onSet sees the first answer (*told
+// false) and then each change.
+func getPoll(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, set map[string]*unstructured.Unstructured, onSet func([]any) (bool, error), call func() []any, n int, told *bool) (bool, error) {
+	for i := range n {
+		if (i > 0 || *told) && !sleep(ctx, pollInterval()) {
+			return true, ctx.Err()
 		}
 		u, err := lw.c.Get(ctx, lw.sel.name, metav1.GetOptions{})
 		var items []unstructured.Unstructured
@@ -251,15 +293,19 @@ func getPoll(ctx context.Context, lw *listWatch, sleep func(context.Context, tim
 		default:
 			items = []unstructured.Unstructured{*u}
 		}
-		if told && sameSet(set, items) {
+		if *told && sameSet(set, items) {
 			continue
 		}
-		told = true
+		*told = true
 		replaceSet(set, items)
 		if done, err := onSet(call()); done {
-			return err
+			return true, err
 		}
 	}
+	if !sleep(ctx, pollInterval()) {
+		return true, ctx.Err()
+	}
+	return false, nil
 }
 
 // replaceSet makes set the listed items.
