@@ -96,12 +96,12 @@ reload:
 	}
 
 	for i, g := range []string{"bonjour", "ciao"} {
-		applied := strings.Count(a.out.String(), "outcome=applied")
+		applied := strings.Count(a.out.String(), `msg="reload pass" outcome=applied`) // the pass line: see TestKeystoneReload
 		signalled := strings.Count(a.out.String(), "signalling the service")
 		changed := time.Now()
 		write(g, "green")
 		eventually(t, "reload pass "+g+" applied", func() bool {
-			return strings.Count(a.out.String(), "outcome=applied") > applied
+			return strings.Count(a.out.String(), `msg="reload pass" outcome=applied`) > applied
 		})
 		st := report("the service's report of "+g, func(st osloservice.Status) bool { return st.Resets == i+1 })
 		t.Logf("volume swap -> service reports %q: %v", g, time.Since(changed).Round(time.Millisecond))
