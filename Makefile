@@ -3,6 +3,9 @@ GO        ?= go
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -s -w -X main.version=$(VERSION)
 BIN       := bin/kolla-agent
+# The packages `make test` runs again with -race.
+RACEPKGS := ./agent/ ./agent/logs/ ./agent/reload/ ./agent/supervise/ ./bootstrap/ ./discovery/ ./probes/
+
 # Fuzz time per target in `make test`; `make fuzz FUZZTIME=5m` for longer runs.
 FUZZTIME  ?= 10s
 # One fuzz worker in `make test`: on a 2-core CI machine, two workers plus
@@ -29,6 +32,10 @@ vet:
 # the real node (e2e/), then each fuzz target briefly.
 test: tools vet
 	$(GO) test -count=1 -timeout 30m ./...
+	# Once more under the race detector, the packages whose tests run
+	# goroutines against each other (TestHealthAnswersWhileRunStarts and
+	# TestFinderConcurrent prove nothing without it); about 2 minutes.
+	$(GO) test -race -count=1 -timeout 20m $(RACEPKGS)
 	# The request counts once more on Debian's etcd 3.4, which serves no watch-list.
 	TESTENV_ETCD=debian $(GO) test -count=1 -run '^TestAPIRequests' ./cmd/kolla-agent/
 	$(MAKE) fuzz
