@@ -7,6 +7,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kolla-agent/kolla-agent/redact"
 )
 
 // SetPodCondition sets the condition kolla.openstack.org/bootstrapped on
@@ -17,6 +19,12 @@ func (c *Coordinator) SetPodCondition(ctx context.Context, pod string, ok bool, 
 	status := "False"
 	if ok {
 		status = "True"
+	}
+	// What `kubectl describe pod` shows, to anyone who may read the pod:
+	// redacted (an error can quote a URL with its password) and cut as
+	// the agent's Events are.
+	if message = redact.Text(message); len(message) > 1024 {
+		message = message[:1021] + "..."
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{map[string]any{
 		"type": ConditionBootstrapped, "status": status, "reason": reason, "message": message,

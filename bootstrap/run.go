@@ -315,7 +315,7 @@ func (r *Run) AfterRollout(ctx context.Context) {
 			// Not the termination message: the container runs on, and a
 			// later exit would be blamed on this.
 			r.m.Logger.Error("bootstrap phase after the rollout failed; the service runs on", "step", st.String(), "error", err.Error())
-			if eerr := r.event("Warning", "BootstrapFailed", truncate(err.Error(), 1024)); eerr != nil {
+			if eerr := r.event("Warning", "BootstrapFailed", err.Error()); eerr != nil {
 				r.m.Logger.Debug("could not post an Event", "error", eerr.Error())
 			}
 			return
@@ -331,16 +331,7 @@ func (r *Run) MarkPod(ok bool, reason, msg string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := r.coord.SetPodCondition(ctx, r.m.PodName, ok, reason, truncate(msg, 1024)); err != nil {
+	if err := r.coord.SetPodCondition(ctx, r.m.PodName, ok, reason, msg); err != nil {
 		r.m.Logger.Warn("could not set the pod condition "+ConditionBootstrapped, "error", err.Error())
 	}
-}
-
-// truncate cuts s to n bytes, "..." marking the cut (as the agent cuts an
-// Event's message).
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
 }
