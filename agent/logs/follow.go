@@ -243,6 +243,7 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 	want := max
 	var err error
 	var more bool
+	end := fl.liveEnd()
 	// Done files still open for writerGrace: a late line is read now.
 	for i := 0; i < len(fl.closing); {
 		s := fl.closing[i]
@@ -260,7 +261,10 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 		s.f.Close()
 		fl.closing = slices.Delete(fl.closing, i, i+1)
 	}
-	for {
+	for first := true; ; first = false {
+		if !first {
+			end = fl.liveEnd()
+		}
 		// Files that left the path, oldest first, each to its end. One
 		// whose writer may still add to it (not done) stays open and is
 		// read again at the next look, but does not hold the newer files
@@ -313,6 +317,10 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 					continue
 				}
 			}
+			// The old files again, after the new one's size is taken.
+			if len(fl.left) > 0 {
+				continue
+			}
 		}
 		// Truncated since the last look? Before any new byte is read: a
 		// file truncated and written past the offset again would
@@ -322,7 +330,15 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 		} else if moved {
 			continue
 		}
-		if max, more, err = fl.drain(fl.live, max, fn); err != nil || max <= 0 || !more {
+		limit := max
+		if left := end - fl.live.readAt(); end >= 0 && left < int64(limit) {
+			limit = int(left)
+			if left < 0 { // truncated: the next look sees it
+				limit = 0
+			}
+		}
+		rest, more, err := fl.drain(fl.live, limit, fn)
+		if max -= limit - rest; err != nil || max <= 0 || !more {
 			return want - max, err
 		}
 		moved, err := fl.rotation()
@@ -330,6 +346,25 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 			return want - max, err
 		}
 	}
+}
+
+// liveEnd is the live file's size now while files that left the path
+// are still read, -1 otherwise. Their writer wrote to them before it moved
+// on to the live file, so all they hold when read after this look comes
+// before the live file's bytes up to it: the live file is read that far,
+// the rest at the next look, after the old files again. Read without the
+// bound, a writer's last lines in the old file, written between the look
+// at the old file and the look at the new one, came after the new file's
+// first lines.
+func (fl *follower) liveEnd() int64 {
+	if fl.live == nil || len(fl.left)+len(fl.closing) == 0 {
+		return -1
+	}
+	fi, err := fl.live.f.Stat()
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
 }
 
 // drain reads s from where it stands to its end (or max bytes, or until

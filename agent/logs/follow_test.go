@@ -615,3 +615,37 @@ func TestFollowLateLineAfterRestart(t *testing.T) {
 	}
 	want(t, readAll(t, fl), 20, 21)
 }
+
+// A writer's last lines in a file that left the path, written after the
+// follower looked at that file but before it looked at the new one, come
+// before the new file's lines, which the writer wrote after them. The
+// write is made from the callback, while another rotated file is read:
+// between the two looks, which on a busy machine timing alone gives.
+func TestFollowOldFileBeforeNewBytes(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	a := writer(t, log)
+	a.WriteString(lines(0, 10))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 10)
+	os.Rename(log, log+".2")
+	writer(t, log).WriteString(lines(10, 20)) // rotated again while not read
+	os.Rename(log, log+".1")
+	b := writer(t, log)
+	var got []string
+	for range 3 {
+		_, err := fl.Read(1<<20, func(l Line) bool {
+			got = append(got, string(l.Data))
+			if string(l.Data) == strings.TrimSuffix(lines(19, 20), "\n") {
+				a.WriteString(lines(20, 21)) // the old file's writer, late
+				b.WriteString(lines(21, 22)) // then in the new file
+			}
+			return true
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want(t, got, 10, 22)
+}
