@@ -131,12 +131,13 @@ func (w *Waiter) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
+	shares := w.share(ctx)
 	var wg sync.WaitGroup
 	for i := range w.cfg.Dependencies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := w.waitOne(ctx, i, start); err != nil && errors.Is(err, ErrFailed) {
+			if err := w.waitOne(ctx, i, start, shares[i]); err != nil && errors.Is(err, ErrFailed) {
 				cancel(err) // a failed dependency ends the whole wait at once
 			}
 		}()
@@ -161,7 +162,26 @@ func (w *Waiter) Run(parent context.Context) error {
 	return fmt.Errorf("%w after %v; not ready: %s", ErrTimeout, w.clock.Since(start).Round(time.Millisecond), strings.Join(pending, "; "))
 }
 
-func (w *Waiter) waitOne(ctx context.Context, i int, start time.Time) error {
+// share plans the wait's shared watches: the Services of a namespace are
+// one EndpointSlice watch. It returns, by dependency, the one it joins.
+func (w *Waiter) share(ctx context.Context) []*shared {
+	out := make([]*shared, len(w.cfg.Dependencies))
+	perNS := map[string]*shared{}
+	for i, d := range w.cfg.Dependencies {
+		if d.Kind != KindService {
+			continue
+		}
+		ns := w.namespace(d)
+		if perNS[ns] == nil {
+			perNS[ns] = newShared(ctx, w.cfg.Kube.in(endpointSlicesGVR, ns), endpointSlicesKind, w.sleep)
+		}
+		out[i] = perNS[ns]
+		out[i].plan(d.Name)
+	}
+	return out
+}
+
+func (w *Waiter) waitOne(ctx context.Context, i int, start time.Time, sh *shared) error {
 	d := w.cfg.Dependencies[i]
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -169,7 +189,7 @@ func (w *Waiter) waitOne(ctx context.Context, i int, start time.Time) error {
 		defer cancel()
 	}
 	report := func(o Observation) { w.observe(i, o, start) }
-	err := w.check(ctx, d, report)
+	err := w.check(ctx, d, report, sh)
 	switch {
 	case err == nil:
 		return nil
@@ -226,15 +246,16 @@ func (w *Waiter) Results() []Result {
 }
 
 // check waits for one dependency, reporting what it sees, until it is ready
-// (nil), can never be (an error wrapping ErrFailed) or ctx ends.
-func (w *Waiter) check(ctx context.Context, d Dependency, report func(Observation)) error {
+// (nil), can never be (an error wrapping ErrFailed) or ctx ends. sh is the
+// shared watch d joins, if any (share).
+func (w *Waiter) check(ctx context.Context, d Dependency, report func(Observation), sh *shared) error {
 	switch d.Kind {
 	case KindDNS, KindTCP, KindFile, KindSocket:
 		return w.poll(ctx, d, report, func(ctx context.Context) Observation { return w.Look(ctx, d) })
 	case KindHTTP:
 		return w.waitHTTP(ctx, d, report)
 	case KindService:
-		return w.waitService(ctx, d, report)
+		return w.waitService(ctx, d, report, sh)
 	case KindJob:
 		return w.waitJobs(ctx, d, report)
 	case KindDaemonSet:

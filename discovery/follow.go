@@ -30,7 +30,7 @@ func (w *Waiter) Follow(ctx context.Context, d Dependency, report func(Observati
 	if !d.Kind.NeedsAPI() {
 		return fmt.Errorf("discovery: %s: Follow is for API objects; use Look", d)
 	}
-	return w.check(context.WithValue(ctx, followKey{}, true), d, report)
+	return w.check(context.WithValue(ctx, followKey{}, true), d, report, nil)
 }
 
 // Look looks at a local dependency once (DNS, TCP, HTTP, file, socket), for

@@ -40,24 +40,25 @@ func byName(name string) selector {
 
 // listWatch is one narrowed LIST and WATCH, with its API errors reported
 // through onErr (watchSet retries them itself, with backoff; onErr only
-// makes them visible).
+// makes them visible). sel is asked at every request: a shared watch's
+// narrows as its members leave (shared.go).
 type listWatch struct {
 	c     lister
-	sel   selector
+	sel   func() selector
 	onErr func(op string, err error)
 }
 
 func newListWatch(c lister, sel selector, onErr func(op string, err error)) *listWatch {
-	return &listWatch{c: c, sel: sel, onErr: onErr}
+	return &listWatch{c: c, sel: func() selector { return sel }, onErr: onErr}
 }
 
-func (lw *listWatch) opts(rv string) metav1.ListOptions {
-	return metav1.ListOptions{LabelSelector: lw.sel.label, FieldSelector: lw.sel.field, ResourceVersion: rv}
+func opts(sel selector, rv string) metav1.ListOptions {
+	return metav1.ListOptions{LabelSelector: sel.label, FieldSelector: sel.field, ResourceVersion: rv}
 }
 
-func (lw *listWatch) list(ctx context.Context) (*unstructured.UnstructuredList, error) {
-	l, err := lw.c.List(ctx, lw.opts(""))
-	if err != nil && ctx.Err() == nil && !(apierrors.IsForbidden(err) && lw.sel.name != "") { // one object: watchSet GETs it instead
+func (lw *listWatch) list(ctx context.Context, sel selector) (*unstructured.UnstructuredList, error) {
+	l, err := lw.c.List(ctx, opts(sel, ""))
+	if err != nil && ctx.Err() == nil && !(apierrors.IsForbidden(err) && sel.name != "") { // one object: watchSet GETs it instead
 		lw.onErr("list", err)
 	}
 	return l, err
@@ -68,7 +69,7 @@ func (lw *listWatch) list(ctx context.Context) (*unstructured.UnstructuredList, 
 // drawn between 5 and 10 minutes (the reflector's range), so that the watches
 // of many agents started together do not all end together.
 func (lw *listWatch) watch(ctx context.Context, rv string) (watch.Interface, error) {
-	o := lw.opts(rv)
+	o := opts(lw.sel(), rv)
 	o.AllowWatchBookmarks = true
 	timeout := int64(300 + rand.IntN(300))
 	o.TimeoutSeconds = &timeout
@@ -147,15 +148,16 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 	}
 	for {
 		if rv == "" {
-			l, err := lw.list(ctx)
-			if apierrors.IsForbidden(err) && lw.sel.name != "" {
+			sel := lw.sel()
+			l, err := lw.list(ctx, sel)
+			if apierrors.IsForbidden(err) && sel.name != "" {
 				// The Role grants get only (helm-toolkit's rule for custom
 				// resources): poll the one object by name, and try the
 				// LIST again now and then (see firstPolls).
 				if n, ok := lw.c.(interface{ refused(verb string, err error) }); ok {
 					n.refused("list", err)
 				}
-				if done, err := getPoll(ctx, lw, sleep, set, onSet, call, polls, &told); done {
+				if done, err := getPoll(ctx, lw, sel.name, sleep, set, onSet, call, polls, &told); done {
 					return err
 				}
 				polls = min(2*polls, maxPolls)
@@ -255,7 +257,7 @@ func pollSet(ctx context.Context, lw *listWatch, sleep func(context.Context, tim
 		if !sleep(ctx, pollInterval()) {
 			return rv, true, ctx.Err()
 		}
-		l, err := lw.list(ctx)
+		l, err := lw.list(ctx, lw.sel())
 		if err != nil {
 			continue
 		}
@@ -276,12 +278,12 @@ func pollSet(ctx context.Context, lw *listWatch, sleep func(context.Context, tim
 // first refused LIST), then one more wait, whose turn the retried LIST
 // takes. Not found is the empty set; onSet sees the first answer (*told
 // false) and then each change.
-func getPoll(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, set map[string]*unstructured.Unstructured, onSet func([]any) (bool, error), call func() []any, n int, told *bool) (bool, error) {
+func getPoll(ctx context.Context, lw *listWatch, name string, sleep func(context.Context, time.Duration) bool, set map[string]*unstructured.Unstructured, onSet func([]any) (bool, error), call func() []any, n int, told *bool) (bool, error) {
 	for i := range n {
 		if (i > 0 || *told) && !sleep(ctx, pollInterval()) {
 			return true, ctx.Err()
 		}
-		u, err := lw.c.Get(ctx, lw.sel.name, metav1.GetOptions{})
+		u, err := lw.c.Get(ctx, name, metav1.GetOptions{})
 		var items []unstructured.Unstructured
 		switch {
 		case apierrors.IsNotFound(err):

@@ -2,45 +2,38 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"strings"
-	"sync/atomic"
-
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // waitService: the Service has at least one ready endpoint, read from its
 // EndpointSlices (ready nil or true counts, as the cluster DNS spec does).
 // Where EndpointSlices are not served or not permitted, it falls back to the
-// Endpoints object of the same name.
-func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Observation)) error {
-	ns := w.namespace(d)
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var fallback, listed atomic.Bool
-	lw := newListWatch(w.cfg.Kube.in(endpointSlicesGVR, ns),
-		selector{label: "kubernetes.io/service-name=" + d.Name},
-		func(op string, err error) {
-			// Only the first list decides: once slices were listed, a 403 or
-			// 404 is an API server still starting (its authorizer or its
-			// discovery not ready yet), to be retried.
-			if !listed.Load() && (apierrors.IsNotFound(err) || apierrors.IsForbidden(err)) {
-				w.log.Info("EndpointSlices unavailable; falling back to Endpoints", "dependency", d.String(), "error", err.Error())
-				fallback.Store(true)
-				cancel()
-				return
-			}
-			apiTrouble(report)(op, err)
-		})
-	err := w.watchUntil(sctx, d, report, lw, func(objs []any) Observation {
-		listed.Store(true)
-		return slicesObservation(objs)
-	})
-	if !fallback.Load() || ctx.Err() != nil {
+// Endpoints object of the same name. sh, when not nil, is the wait's shared
+// EndpointSlice watch of the namespace, which the Service joins.
+func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Observation), sh *shared) error {
+	eval := func(objs []any) (bool, error) { return settle(ctx, d, slicesObservation(objs), report) }
+	var err error
+	if sh != nil {
+		err = sh.join(ctx, d.Name, eval, apiTrouble(report))
+	} else {
+		err = w.waitSlices(ctx, d, report, eval)
+	}
+	if !errors.Is(err, errOwnWatch) || ctx.Err() != nil {
 		return err
 	}
-	lw = newListWatch(w.cfg.Kube.in(endpointsGVR, ns), byName(d.Name), apiTrouble(report))
+	w.log.Info("EndpointSlices unavailable; falling back to Endpoints", "dependency", d.String())
+	lw := newListWatch(w.cfg.Kube.in(endpointsGVR, w.namespace(d)), byName(d.Name), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, endpointsObservation)
+}
+
+// waitSlices is one Service's own EndpointSlice watch (a followed one),
+// ending with errOwnWatch where EndpointSlices cannot be read.
+func (w *Waiter) waitSlices(ctx context.Context, d Dependency, report func(Observation), eval func([]any) (bool, error)) error {
+	sh := newShared(ctx, w.cfg.Kube.in(endpointSlicesGVR, w.namespace(d)), endpointSlicesKind, w.sleep)
+	sh.plan(d.Name)
+	return sh.join(ctx, d.Name, eval, apiTrouble(report))
 }
 
 func slicesObservation(objs []any) Observation {

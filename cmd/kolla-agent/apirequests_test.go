@@ -26,8 +26,10 @@ import (
 // dependency once when it is met and every 2 s while it is not.
 
 // API cost, from the API server's audit log: at start exactly one LIST and
-// one WATCH (from the list's resourceVersion) per dependency, each narrowed
-// to its objects; then nothing while it waits.
+// one WATCH (from the list's resourceVersion) per collection, each narrowed
+// to the dependencies' objects: the Services' EndpointSlices are one
+// collection (service-name in (a,b)), each Job one; then nothing while it
+// waits.
 //
 // The same on every etcd. The agent's own list-then-watch
 // (discovery/kube.go) never asks for a watch-list (sendInitialEvents), the
@@ -60,19 +62,33 @@ func TestAPIRequestsWhileWaiting(t *testing.T) {
 	// too many for the exact count.
 	reqs := auditOf(t, ns, start)
 	t.Logf("%d requests to sync %d dependencies and wait %v", len(reqs), len(deps), time.Since(start).Round(time.Second))
-	wantOnePerDependency(t, reqs, start, len(deps), "list", "watch")
+	wantOnePerCollection(t, reqs, start, []string{
+		slicesOf(ns, "kubernetes.io/service-name in (mariadb,memcached)"),
+		jobNamed(ns, "keystone-credential-setup"), jobNamed(ns, "keystone-db-sync"), jobNamed(ns, "keystone-fernet-setup"),
+	}, "list", "watch")
+}
+
+func slicesOf(ns, sel string) string {
+	return "/apis/discovery.k8s.io/v1/namespaces/" + ns + "/endpointslices?" + sel + "&"
+}
+
+func jobNamed(ns, name string) string {
+	return "/apis/batch/v1/namespaces/" + ns + "/jobs?&metadata.name=" + name
 }
 
 // A pod restarting when everything is long ready, the commonest start of
-// all: exactly one LIST per dependency, no WATCH, nothing else (the
-// incumbent makes one GET per dependency); on every etcd, as above.
+// all: exactly one LIST per collection (both Services' slices in one), no
+// WATCH, nothing else (the incumbent makes one GET per dependency); on
+// every etcd, as above.
 func TestAPIRequestsAllMet(t *testing.T) {
 	t.Logf("on %s", s.env.Etcd)
 	ns := namespace(t)
-	deps := []string{"service:mariadb", "job:keystone-db-sync", "job:application=keystone,component=setup"}
-	mkService(t, ns, "mariadb", false, map[string]string{"app": "mariadb"})
-	mkPod(t, ns, "mariadb-0", map[string]string{"app": "mariadb"})
-	setReady(t, ns, "mariadb-0", "10.10.7.1", true)
+	deps := []string{"service:mariadb", "service:memcached", "job:keystone-db-sync", "job:application=keystone,component=setup"}
+	for i, svc := range []string{"mariadb", "memcached"} {
+		mkService(t, ns, svc, false, map[string]string{"app": svc})
+		mkPod(t, ns, svc+"-0", map[string]string{"app": svc})
+		setReady(t, ns, svc+"-0", fmt.Sprintf("10.10.7.%d", i+1), true)
+	}
 	mkJob(t, ns, "keystone-db-sync", nil)
 	mkJob(t, ns, "keystone-fernet-setup", map[string]string{"application": "keystone", "component": "setup"})
 	for _, j := range []string{"keystone-db-sync", "keystone-fernet-setup"} {
@@ -89,21 +105,26 @@ func TestAPIRequestsAllMet(t *testing.T) {
 	// it holds what is expected, then once more after a second, so a late
 	// extra request counts too.
 	var reqs []testenv.AuditRequest
-	for deadline := time.Now().Add(10 * time.Second); len(reqs) < len(deps) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	colls := []string{
+		slicesOf(ns, "kubernetes.io/service-name in (mariadb,memcached)"),
+		jobNamed(ns, "keystone-db-sync"),
+		"/apis/batch/v1/namespaces/" + ns + "/jobs?application=keystone,component=setup&",
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(reqs) < len(colls) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		reqs = auditOf(t, ns, start)
 	}
 	time.Sleep(time.Second)
 	reqs = auditOf(t, ns, start)
 	t.Logf("%d requests for %d dependencies already met", len(reqs), len(deps))
-	wantOnePerDependency(t, reqs, start, len(deps), "list")
+	wantOnePerCollection(t, reqs, start, colls, "list")
 }
 
-// wantOnePerDependency checks that reqs are exactly one request of each verb
-// for each of n dependencies: n distinct narrowed collections (a path and
-// its label or field selector), each asked once with each verb, and no
-// other request.
-func wantOnePerDependency(t *testing.T, reqs []testenv.AuditRequest, start time.Time, n int, verbs ...string) {
+// wantOnePerCollection checks that reqs are exactly one request of each verb
+// for each of the collections (a path, then its label and field selectors
+// after ? and &), and no other request.
+func wantOnePerCollection(t *testing.T, reqs []testenv.AuditRequest, start time.Time, colls []string, verbs ...string) {
 	t.Helper()
+	n := len(colls)
 	count := map[string]map[string]int{} // verb -> collection -> requests
 	for _, v := range verbs {
 		count[v] = map[string]int{}
@@ -131,8 +152,9 @@ func wantOnePerDependency(t *testing.T, reqs []testenv.AuditRequest, start time.
 		for _, c := range count[v] {
 			total += c
 		}
-		if len(count[v]) != n || total != n {
-			t.Errorf("%d %s requests for %d collections, want exactly one for each of %d dependencies:\n%s", total, v, len(count[v]), n, requestLines(reqs, start))
+		missing := slices.DeleteFunc(slices.Clone(colls), func(c string) bool { return count[v][c] == 1 })
+		if len(count[v]) != n || total != n || len(missing) > 0 {
+			t.Errorf("%d %s requests for %d collections, want exactly one for each of %d (not once: %q):\n%s", total, v, len(count[v]), n, missing, requestLines(reqs, start))
 		}
 	}
 }
