@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -150,10 +151,56 @@ func BenchmarkAPIRequestsWhileWaiting(b *testing.B) {
 		}
 		all := count(agentNS, start)
 		steady := count(agentNS, synced)
+		reqs, err := s.env.Requests("system:serviceaccount:"+agentNS+":kolla-agent", start)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var ws []watchReq
+		others := 0 // in the window, besides watch renewals
+		for _, r := range reqs {
+			switch {
+			case r.Time.After(end):
+			case r.Verb == "watch":
+				ws = append(ws, watchReq{r.User, r.RequestURI})
+			case r.Time.After(synced):
+				others++
+			}
+		}
 		b.ReportMetric(float64(all-steady), "agent-sync-req")
 		b.ReportMetric(float64(steady)/end.Sub(synced).Minutes(), "agent-steady-req/min")
+		b.ReportMetric(renewalsPerMinute(ws)+float64(others)/end.Sub(synced).Minutes(), "agent-longrun-req/min")
 		b.ReportMetric(float64(count(pollNS, start))/end.Sub(start).Minutes(), "poller-req/min")
 	}
+}
+
+// watchReq is a WATCH request of a user, as the audit log has it.
+type watchReq struct{ user, uri string }
+
+// renewalsPerMinute is the long-run rate of the renewals of the watches in
+// ws (in the order made): each watch, a user's path and selectors, is made
+// again every timeoutSeconds of its last WATCH (the server ends it then,
+// the agent resumes it: one request). The timeouts are drawn from 5-10
+// minutes, so a window of one minute sees none of these requests; this is
+// their rate over any longer one.
+func renewalsPerMinute(ws []watchReq) float64 {
+	last := map[string]float64{}
+	for _, w := range ws {
+		u, err := url.Parse(w.uri)
+		if err != nil {
+			continue
+		}
+		q := u.Query()
+		t, err := strconv.ParseFloat(q.Get("timeoutSeconds"), 64)
+		if err != nil || t <= 0 {
+			continue
+		}
+		last[w.user+" "+u.Path+"?"+q.Get("labelSelector")+"&"+q.Get("fieldSelector")] = t
+	}
+	rate := 0.0
+	for _, t := range last {
+		rate += 60 / t
+	}
+	return rate
 }
 
 // From the Job controller's write of Complete (seen by the benchmark's own

@@ -58,8 +58,10 @@ const (
 const entrypoint = "kubernetes-entrypoint's loop: a GET per dependency every 2 s"
 
 var figures = []figure{
-	{Area: waitArea, What: "API requests while waiting (2 Services, 3 Jobs unmet), after the initial sync", Bench: "BenchmarkAPIRequestsWhileWaiting",
-		Ours: "agent-steady-req/min", Base: "poller-req/min", BaseIs: entrypoint, Unit: "/min", Target: "fewer than the incumbent", Headline: "API requests per minute while waiting for 2 Services + 3 Jobs, after the first sync"},
+	{Area: waitArea, What: "API requests while waiting (2 Services, 3 Jobs unmet), after the initial sync, in the long run: the watches' renewals (each every its 5-10 min timeout, from the audit log's WATCH requests) and what else the window saw", Bench: "BenchmarkAPIRequestsWhileWaiting",
+		Ours: "agent-longrun-req/min", Base: "poller-req/min", BaseIs: entrypoint, Unit: "/min", Target: "fewer than the incumbent", Headline: "API requests per minute while waiting for 2 Services + 3 Jobs, after the first sync (long run, watch renewals counted)"},
+	{Area: waitArea, What: "same, counted in the benchmark's window only (shorter than a watch's timeout: no renewal falls in it)", Bench: "BenchmarkAPIRequestsWhileWaiting",
+		Ours: "agent-steady-req/min", Base: "poller-req/min", BaseIs: entrypoint, Unit: "/min"},
 
 	{Area: waitArea, What: "API requests for the initial sync of those 5 dependencies (LIST + WATCH each)", Bench: "BenchmarkAPIRequestsWhileWaiting",
 		Ours: "agent-sync-req"},
@@ -191,8 +193,10 @@ var figures = []figure{
 	{Area: footArea, What: "same: context switches of all its threads", Bench: "BenchmarkFootprintIdle",
 		Ours: "switches/s", Base: "sleep-switches/s", BaseIs: "`sleep 3600`", Unit: "/s"},
 
-	{Area: scaleArea, What: "API requests while waiting, per pod-minute (2 Services + 3 Jobs unmet)", Bench: "BenchmarkScale",
-		Ours: "agent-waiting-req/pod-min", Base: "entrypoint-waiting-req/pod-min", BaseIs: "500 kubernetes-entrypoint loops", Unit: "/pod-min", Target: "fewer than the incumbent", Headline: "500 pods waiting (real agents, own tokens): API requests per pod-minute"},
+	{Area: scaleArea, What: "API requests while waiting, per pod-minute (2 Services + 3 Jobs unmet), in the long run: the watches' renewals (from their timeouts in the audit log) and what else the window saw", Bench: "BenchmarkScale",
+		Ours: "agent-longrun-req/pod-min", Base: "entrypoint-waiting-req/pod-min", BaseIs: "500 kubernetes-entrypoint loops", Unit: "/pod-min", Target: "fewer than the incumbent", Headline: "500 pods waiting (real agents, own tokens): API requests per pod-minute (long run, watch renewals counted)"},
+	{Area: scaleArea, What: "same, counted in the benchmark's window only (no renewal falls in it)", Bench: "BenchmarkScale",
+		Ours: "agent-waiting-req/pod-min", Base: "entrypoint-waiting-req/pod-min", BaseIs: "500 kubernetes-entrypoint loops", Unit: "/pod-min"},
 
 	{Area: scaleArea, What: "requests to sync, per pod (once)", Bench: "BenchmarkScale",
 		Ours: "agent-sync-req/pod"},
