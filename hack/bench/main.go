@@ -321,6 +321,18 @@ func (r *results) median(bench, unit string) (float64, bool) {
 	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
 }
 
+// spread is how many samples f's figure is the median of, and their
+// range (less the idle level subtracted from the median, if any): one
+// sample is said as such, and has none.
+func (r *results) spread(f figure, minus float64) string {
+	vs := r.samples[f.Bench][f.Ours]
+	if len(vs) < 2 {
+		return "1 sample"
+	}
+	lo, hi := slices.Min(vs)-minus, slices.Max(vs)-minus
+	return fmt.Sprintf("%d: %s - %s", len(vs), value(lo, f), value(hi, f))
+}
+
 // render builds the table. A figure whose metric the run lacks, or a metric
 // no figure shows (other than aux's and zeros), is an error: the table has
 // every figure or none.
@@ -336,9 +348,9 @@ func render(r *results) (table, headlines string, err error) {
 	}
 	var b, h strings.Builder
 	h.WriteString("| what | kolla-agent | baseline, same run | ratio |\n|---|---|---|---|\n")
-	fmt.Fprintf(&b, "Commit %s. Machine: %s, %s cores, %s/%s, %s. Each value is the median of the run's samples (`-count`); the baseline is measured by the same benchmark in the same run; ratio = kolla-agent / baseline.\n\n",
+	fmt.Fprintf(&b, "Commit %s. Machine: %s, %s cores, %s/%s, %s. Each value is the median of the run's samples (`-count`; the last column says how many, and their range: a benchmark that takes its own repeated samples inside one run reports their median as one); the baseline is measured by the same benchmark in the same run; ratio = kolla-agent / baseline.\n\n",
 		orUnknown(shortCommit(r.commit)), orUnknown(r.config["cpu"]), orUnknown(r.config["cores"]), orUnknown(r.config["goos"]), orUnknown(r.config["goarch"]), orUnknown(r.config["go"]))
-	b.WriteString("| duty | figure | kolla-agent | baseline, same run | ratio | target |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| duty | figure | kolla-agent | baseline, same run | ratio | target | samples: kolla-agent's range |\n|---|---|---|---|---|---|---|\n")
 	for _, f := range figures {
 		ours, ok := use(f.Bench, f.Ours)
 		if !ok {
@@ -368,7 +380,7 @@ func render(r *results) (table, headlines string, err error) {
 			baseCell = value(base, f) + ": " + f.BaseIs
 			ratio = ratioOf(ours, base)
 		}
-		fmt.Fprintf(&b, "| %s | %s | **%s** | %s | %s | %s |\n", f.Area, f.What, value(ours, f), baseCell, ratio, f.Target)
+		fmt.Fprintf(&b, "| %s | %s | **%s** | %s | %s | %s | %s |\n", f.Area, f.What, value(ours, f), baseCell, ratio, f.Target, r.spread(f, minus))
 		if f.Headline != "" {
 			fmt.Fprintf(&h, "| %s | **%s** | %s | %s |\n", f.Headline, value(ours, f), baseCell, ratio)
 		}
