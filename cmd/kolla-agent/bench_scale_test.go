@@ -359,6 +359,10 @@ func runScale(b *testing.B, k scaleKnobs) {
 	b.ReportMetric(float64(agentLife.total)/fn, "agent-req/pod-lifetime")
 	b.ReportMetric(float64(agentRestartReqs.total)/fn, "agent-restart-req/start")
 	b.ReportMetric(float64(baseRestartReqs.total)/fn, "entrypoint-restart-req/start")
+	// Above idle: the controllers' own reads, at the idle window's rate.
+	readAbove := func(w scaleResult) float64 { return w.readBytes - idle.readBytes/idle.secs*w.secs }
+	b.ReportMetric(readAbove(agentRestart)/fn, "agent-restart-read-bytes/start")
+	b.ReportMetric(readAbove(baseRestart)/fn, "entrypoint-restart-read-bytes/start")
 	b.ReportMetric(agentRestart.apiCPU, "agent-restart-apiserver-cpu-s")
 	b.ReportMetric(baseRestart.apiCPU, "entrypoint-restart-apiserver-cpu-s")
 	b.ReportMetric(restartLast.Sub(restartStart).Seconds(), "agent-restart-last-exit-s")
@@ -953,14 +957,15 @@ type scaleResult struct {
 	apiHWM, etcdHWM       float64
 	etcdRanges            float64 // etcd range requests served in the window
 	cacheReads, fallback  float64 // consistent LISTs served by the watch cache, and those it passed to etcd
+	readBytes             float64 // the bodies of the API server's LIST and GET answers (apiserver_response_sizes)
 }
 
 // brief is a window's control plane in one clause.
 func (r scaleResult) brief() string {
 	mib := func(x float64) float64 { return x / (1 << 20) }
-	return fmt.Sprintf("%.1f s: kube-apiserver CPU %.2f s (%.1f%% of a core), VmRSS median %.0f MiB (max %.0f, VmHWM %.0f), heap in use %.0f MiB, %.0f goroutines, %.0f fds; etcd CPU %.2f s, VmRSS %.0f MiB (VmHWM %.0f), %.0f range requests; LISTs from the watch cache %.0f (passed to etcd %.0f)",
+	return fmt.Sprintf("%.1f s: kube-apiserver CPU %.2f s (%.1f%% of a core), VmRSS median %.0f MiB (max %.0f, VmHWM %.0f), heap in use %.0f MiB, %.0f goroutines, %.0f fds; etcd CPU %.2f s, VmRSS %.0f MiB (VmHWM %.0f), %.0f range requests; LISTs from the watch cache %.0f (passed to etcd %.0f); LIST and GET answers %.1f KiB",
 		r.secs, r.apiCPU, 100*r.apiCPU/r.secs, mib(r.med.apiRSS), mib(r.apiRSSMax), mib(r.apiHWM), mib(r.med.heap), r.med.goroutines, r.med.fds,
-		r.etcdCPU, mib(r.med.etcdRSS), mib(r.etcdHWM), r.etcdRanges, r.cacheReads, r.fallback)
+		r.etcdCPU, mib(r.med.etcdRSS), mib(r.etcdHWM), r.etcdRanges, r.cacheReads, r.fallback, r.readBytes/1024)
 }
 
 type scaleMeter struct {
@@ -974,6 +979,7 @@ type scaleMeter struct {
 	ranges0 float64
 	cache0  float64
 	fall0   float64
+	read0   float64
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
@@ -989,7 +995,7 @@ func (p scalePlane) begin(b *testing.B, agents []*agentProc) *scaleMeter {
 	for _, a := range agents {
 		m.agents = append(m.agents, a.cmd.Process.Pid)
 	}
-	m.ranges0, m.cache0, m.fall0 = p.counters()
+	m.ranges0, m.cache0, m.fall0, m.read0 = p.counters()
 	m.from = time.Now()
 	m.api0, m.etcd0, m.self0 = scaleCPU(p.apiserver), scaleCPU(p.etcd), scaleCPU(os.Getpid())
 	for _, pid := range m.agents {
@@ -1029,8 +1035,8 @@ func (m *scaleMeter) end(b *testing.B) scaleResult {
 	close(m.stop)
 	<-m.done
 	r.apiHWM, r.etcdHWM = scaleStatus(m.p.apiserver, "VmHWM"), scaleStatus(m.p.etcd, "VmHWM")
-	ranges, cache, fall := m.p.counters()
-	r.etcdRanges, r.cacheReads, r.fallback = ranges-m.ranges0, cache-m.cache0, fall-m.fall0
+	ranges, cache, fall, read := m.p.counters()
+	r.etcdRanges, r.cacheReads, r.fallback, r.readBytes = ranges-m.ranges0, cache-m.cache0, fall-m.fall0, read-m.read0
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if len(m.samples) == 0 {
@@ -1091,9 +1097,12 @@ func (p scalePlane) sample() (scaleSample, error) {
 }
 
 // counters reads, outside the CPU window: etcd's range requests so far
-// (etcd 3.5+ and 3.4 name the counter differently) and the API server's
-// consistent reads served from its watch cache and passed to etcd.
-func (p scalePlane) counters() (ranges, cacheReads, fallback float64) {
+// (etcd 3.5+ and 3.4 name the counter differently), the API server's
+// consistent reads served from its watch cache and passed to etcd, and
+// the bytes of its LIST and GET answers (its own histogram of response
+// sizes: resource requests only, so this benchmark's /metrics reads are
+// not in it).
+func (p scalePlane) counters() (ranges, cacheReads, fallback, readBytes float64) {
 	if p.etcdURL != "" {
 		if text, err := scaleGet(p.etcdURL + "/metrics"); err == nil {
 			a, _ := scaleMetric(text, "etcd_mvcc_range_total")
@@ -1106,8 +1115,11 @@ func (p scalePlane) counters() (ranges, cacheReads, fallback float64) {
 	if raw, err := client().CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx); err == nil {
 		cacheReads, _ = scaleMetric(string(raw), "apiserver_watch_cache_consistent_read_total", `fallback="false"`, `success="true"`)
 		fallback, _ = scaleMetric(string(raw), "apiserver_watch_cache_consistent_read_total", `fallback="true"`)
+		lists, _ := scaleMetric(string(raw), "apiserver_response_sizes_sum", `verb="LIST"`)
+		gets, _ := scaleMetric(string(raw), "apiserver_response_sizes_sum", `verb="GET"`)
+		readBytes = lists + gets
 	}
-	return ranges, cacheReads, fallback
+	return ranges, cacheReads, fallback, readBytes
 }
 
 func scaleGet(url string) (string, error) {

@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -25,12 +26,15 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 )
 
 var keystoneJobs = []string{"keystone-db-sync", "keystone-fernet-setup", "keystone-credential-setup"}
@@ -53,9 +57,92 @@ func keystoneShape(t testing.TB, servicesReady bool) string {
 		setReady(t, ns, svc+"-0", fmt.Sprintf("10.20.0.%d", i+1), servicesReady)
 	}
 	for _, j := range keystoneJobs {
-		mkJob(t, ns, j, nil)
+		mkChartJob(t, ns, j)
 	}
 	return ns
+}
+
+// mkChartJob creates a Job the size and shape openstack-helm's
+// helm-toolkit renders (its db-sync template: the chart's labels and
+// Helm's annotations, a kubernetes-entrypoint init container with its
+// DEPENDENCY_* variables, the service's container with its environment,
+// mounts and volumes), applied server-side as helm does, so it carries
+// managedFields: the bytes a lookup of it costs are a real Job's.
+func mkChartJob(t testing.TB, ns, name string) {
+	t.Helper()
+	app, component, _ := strings.Cut(name, "-")
+	labels := map[string]string{"release_group": app, "application": app, "component": component}
+	env := func(kv ...string) []corev1.EnvVar {
+		var out []corev1.EnvVar
+		for i := 0; i+1 < len(kv); i += 2 {
+			out = append(out, corev1.EnvVar{Name: kv[i], Value: kv[i+1]})
+		}
+		return out
+	}
+	fieldRef := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}}
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: "pod-tmp", MountPath: "/tmp"},
+		{Name: app + "-bin", MountPath: "/tmp/" + component + ".sh", SubPath: component + ".sh", ReadOnly: true},
+		{Name: "etc-service", MountPath: "/etc/" + app},
+		{Name: app + "-etc", MountPath: "/etc/" + app + "/" + app + ".conf", SubPath: app + ".conf", ReadOnly: true},
+		{Name: app + "-etc", MountPath: "/etc/" + app + "/logging.conf", SubPath: "logging.conf", ReadOnly: true},
+	}
+	j := &batchv1.Job{
+		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
+			Labels:      map[string]string{"release_group": app, "application": app, "component": component, "app.kubernetes.io/managed-by": "Helm"},
+			Annotations: map[string]string{"meta.helm.sh/release-name": app, "meta.helm.sh/release-namespace": ns},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To[int32](1000),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
+					"configmap-bin-hash": strings.Repeat("3f", 32), "configmap-etc-hash": strings.Repeat("a7", 32),
+				}},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: name,
+					RestartPolicy:      corev1.RestartPolicyOnFailure,
+					NodeSelector:       map[string]string{"openstack-control-plane": "enabled"},
+					SecurityContext:    &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](42424)},
+					InitContainers: []corev1.Container{{
+						Name: "init", Image: "quay.io/airshipit/kubernetes-entrypoint:latest-ubuntu_jammy", ImagePullPolicy: corev1.PullIfNotPresent,
+						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsUser: ptr.To[int64](65534)},
+						Env: append([]corev1.EnvVar{fieldRef("POD_NAME", "metadata.name"), fieldRef("NAMESPACE", "metadata.namespace")},
+							env("INTERFACE_NAME", "eth0", "PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin/",
+								"DEPENDENCY_SERVICE", ns+":mariadb", "DEPENDENCY_DAEMONSET", "", "DEPENDENCY_CONTAINER", "",
+								"DEPENDENCY_POD_JSON", "", "DEPENDENCY_CUSTOM_RESOURCE", "", "DEPENDENCY_JOBS", app+"-db-init")...),
+						Command: []string{"kubernetes-entrypoint"},
+					}},
+					Containers: []corev1.Container{{
+						Name: name, Image: "quay.io/airshipit/" + app + ":2025.1-ubuntu_jammy", ImagePullPolicy: corev1.PullIfNotPresent,
+						Resources: corev1.ResourceRequirements{
+							Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2000m"), corev1.ResourceMemory: resource.MustParse("1024Mi")},
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+						},
+						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true)},
+						Env:             env("OS_AUTH_URL", "http://keystone-api."+ns+".svc.cluster.local:5000/v3", "OS_REGION_NAME", "RegionOne", "OS_INTERFACE", "internal"),
+						Command:         []string{"/tmp/" + component + ".sh"},
+						VolumeMounts:    mounts,
+					}},
+					Volumes: []corev1.Volume{
+						{Name: "pod-tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: "etc-service", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+						{Name: app + "-bin", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: app + "-bin"}, DefaultMode: ptr.To[int32](0o555)}}},
+						{Name: app + "-etc", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: app + "-etc", DefaultMode: ptr.To[int32](0o444)}}},
+					},
+				},
+			},
+		},
+	}
+	body, err := json.Marshal(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client().BatchV1().Jobs(ns).Patch(ctxT(t), name, types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: "helm"}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // entrypointPoller is the baseline: kubernetes-entrypoint's loop.
