@@ -107,6 +107,15 @@ func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister {
 	if ns != "" {
 		l = r.Namespace(ns)
 	}
+	return k.wrap(l, gvr, ns)
+}
+
+// jobs lists and watches a namespace's Jobs in the API server's Table form
+// (jobtable.go), as in does the other resources.
+func (k *Kube) jobs(ns string) lister { return k.wrap(k.jobTable(ns), jobsGVR, ns) }
+
+// wrap logs l's requests at debug level and tells the Kube of refusals.
+func (k *Kube) wrap(l lister, gvr schema.GroupVersionResource, ns string) lister {
 	if k.log.Enabled(context.Background(), slog.LevelDebug) {
 		l = loggedLister{lister: l, log: k.log.With("resource", gvr.GroupResource().String(), "namespace", ns)}
 	}

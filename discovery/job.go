@@ -20,7 +20,7 @@ func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observa
 		sel = selector{label: labels.SelectorFromSet(d.Labels).String()}
 		what = "jobs " + ns + "/" + sel.label
 	}
-	lw := newListWatch(w.cfg.Kube.in(jobsGVR, ns), sel, apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.jobs(ns), sel, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return jobsObservation(objs, what)
 	})
@@ -43,6 +43,10 @@ func jobsObservation(objs []any, what string) Observation {
 			return failed("job %s/%s is failing: %s: %s", j.Namespace, j.Name, c.Reason, c.Message)
 		}
 		if jobCondition(j, "Complete") == nil {
+			if row, ok := j.Annotations[tableRowAnnotation]; ok { // what the API server's table says
+				pending = append(pending, fmt.Sprintf("%s (%s)", j.Name, row))
+				continue
+			}
 			pending = append(pending, fmt.Sprintf("%s (active %d, succeeded %d, failed %d)", j.Name, j.Status.Active, j.Status.Succeeded, j.Status.Failed))
 		}
 	}

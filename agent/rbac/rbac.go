@@ -206,7 +206,8 @@ func dependencyRules(r set, d discovery.Dependency) {
 		r.watch("discovery.k8s.io", "endpointslices", "") // by label
 		r.watch("", "endpoints", d.Name)                  // the fallback, by name
 	case discovery.KindJob:
-		r.watch("batch", "jobs", d.Name) // "" for jobs by label
+		r.watch("batch", "jobs", d.Name)      // "" for jobs by label
+		r.add("batch", "jobs", "get", d.Name) // a failed one, whole, for its reason
 	case discovery.KindDaemonSet:
 		r.watch("apps", "daemonsets", d.Name)
 		r.watch("", "pods", "") // its pod on this node, by label

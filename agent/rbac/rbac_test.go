@@ -101,7 +101,7 @@ func TestRBACRulesNamespaces(t *testing.T) {
 	if strings.Contains(o, "batch/jobs") {
 		t.Errorf("the Job of namespace infra is watched in the agent's own:\n%s", o)
 	}
-	if got := flat(others["infra"]); !strings.Contains(got, "batch/jobs list,watch db-ready") {
+	if got := flat(others["infra"]); !strings.Contains(got, "batch/jobs get,list,watch db-ready") {
 		t.Errorf("namespace infra: %s", got)
 	}
 	if _, ok := others["glance"]; ok {

@@ -304,7 +304,7 @@ func BenchmarkReadyToExitLatency(b *testing.B) {
 				}
 			}
 			a := startAgent(b, agentEnv(b, ns), append([]string{"wait", "--timeout", "5m"}, keystoneArgs()...)...)
-			a.waitLog("keystone-credential-setup (active")
+			a.waitLog("keystone-credential-setup (Running")
 			pollDone := make(chan time.Time, 1)
 			pctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			go func() { entrypointPoller(pctx, pollerClient(b, ns), ns); pollDone <- time.Now() }()

@@ -109,7 +109,7 @@ func TestJobDependency(t *testing.T) {
 	mkJob(t, ns, "keystone-credential-setup", map[string]string{"application": "keystone", "component": "setup"})
 
 	a := startAgent(t, agentEnv(t, ns), "wait", "job:keystone-db-sync", "job:application=keystone,component=setup")
-	a.waitLog("keystone-db-sync (active")
+	a.waitLog("keystone-db-sync (Running")
 	a.waitLog("2 of 2 not complete")
 	for _, j := range []string{"keystone-db-sync", "keystone-fernet-setup"} {
 		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
@@ -134,7 +134,7 @@ func TestFailedJobEndsWait(t *testing.T) {
 
 	env := append(agentEnv(t, ns), "POD_NAME=glance-api-0")
 	a := startAgent(t, env, "wait", "--timeout", "10m", "--termination-log", term, "job:glance-db-sync")
-	a.waitLog("glance-db-sync (active")
+	a.waitLog("glance-db-sync (Running")
 	if _, err := s.env.Kubelet().FailJobPod(ctxT(t), ns, "glance-db-sync", 3); err != nil {
 		t.Fatal(err)
 	}

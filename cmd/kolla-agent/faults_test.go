@@ -22,7 +22,7 @@ func TestAPIServerRestart(t *testing.T) {
 	setReady(t, ns, "nova-api-0", "10.10.4.1", true)
 
 	a := startAgent(t, agentEnv(t, ns), "wait", "--timeout", "5m", "job:nova-db-sync", "service:nova-api")
-	a.waitLog("nova-db-sync (active")
+	a.waitLog("nova-db-sync (Running")
 	a.waitLog("dependency ready")
 
 	if err := s.env.KillAPIServer(); err != nil {
@@ -94,7 +94,7 @@ func TestEntrypointDropIn(t *testing.T) {
 	a := startAgent(t, env)
 	a.waitLog("timeout=none") // kubernetes-entrypoint waits for ever
 	a.waitLog("0 of 1 endpoints ready")
-	a.waitLog("keystone-credential-setup (active")
+	a.waitLog("keystone-credential-setup (Running")
 	for _, j := range []string{"keystone-db-sync", "keystone-credential-setup"} {
 		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
 			t.Fatal(err)

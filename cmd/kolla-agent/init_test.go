@@ -39,7 +39,7 @@ dependencies:
 
 	env := agentEnv(t, ns)
 	a := startAgent(t, env, "init", "--config", cfg, "--metrics-addr", addr)
-	a.waitLog("placement-db-sync (active")
+	a.waitLog("placement-db-sync (Running")
 	a.waitLog("does not exist")
 
 	resp, err := http.Get("http://" + addr + "/metrics")
