@@ -111,8 +111,11 @@ func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister {
 }
 
 // jobs lists and watches a namespace's Jobs in the API server's Table form
-// (jobtable.go), as in does the other resources.
-func (k *Kube) jobs(ns string) lister { return k.wrap(k.jobTable(ns), jobsGVR, ns) }
+// (jobtable.go), as in does the other resources; wants (nil: all) says
+// which failed Jobs are read whole.
+func (k *Kube) jobs(ns string, wants func(string) bool) lister {
+	return k.wrap(k.jobTable(ns, wants), jobsGVR, ns)
+}
 
 // wrap logs l's requests at debug level and tells the Kube of refusals.
 func (k *Kube) wrap(l lister, gvr schema.GroupVersionResource, ns string) lister {

@@ -163,19 +163,38 @@ func (w *Waiter) Run(parent context.Context) error {
 }
 
 // share plans the wait's shared watches: the Services of a namespace are
-// one EndpointSlice watch. It returns, by dependency, the one it joins.
+// one EndpointSlice watch, and the Jobs it names there, two or more, one
+// watch of its Jobs. It returns, by dependency, the one it joins.
 func (w *Waiter) share(ctx context.Context) []*shared {
 	out := make([]*shared, len(w.cfg.Dependencies))
-	perNS := map[string]*shared{}
+	type key struct {
+		kind Kind
+		ns   string
+	}
+	named := map[key]int{}
+	for _, d := range w.cfg.Dependencies {
+		if d.Kind == KindJob && d.Labels == nil {
+			named[key{KindJob, w.namespace(d)}]++
+		}
+	}
+	shares := map[key]*shared{}
 	for i, d := range w.cfg.Dependencies {
-		if d.Kind != KindService {
+		k := key{d.Kind, w.namespace(d)}
+		switch {
+		case d.Kind == KindService:
+			if shares[k] == nil {
+				shares[k] = newShared(ctx, w.cfg.Kube.in(endpointSlicesGVR, k.ns), endpointSlicesKind, w.sleep)
+			}
+		case d.Kind == KindJob && d.Labels == nil && named[k] > 1:
+			if shares[k] == nil {
+				var sh *shared
+				sh = newShared(ctx, w.cfg.Kube.jobs(k.ns, func(name string) bool { return sh.has(name) }), jobsKind, w.sleep)
+				shares[k] = sh
+			}
+		default:
 			continue
 		}
-		ns := w.namespace(d)
-		if perNS[ns] == nil {
-			perNS[ns] = newShared(ctx, w.cfg.Kube.in(endpointSlicesGVR, ns), endpointSlicesKind, w.sleep)
-		}
-		out[i] = perNS[ns]
+		out[i] = shares[k]
 		out[i].plan(d.Name)
 	}
 	return out
@@ -257,7 +276,7 @@ func (w *Waiter) check(ctx context.Context, d Dependency, report func(Observatio
 	case KindService:
 		return w.waitService(ctx, d, report, sh)
 	case KindJob:
-		return w.waitJobs(ctx, d, report)
+		return w.waitJobs(ctx, d, report, sh)
 	case KindDaemonSet:
 		return w.waitDaemonSet(ctx, d, report)
 	case KindPod:

@@ -2,17 +2,22 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
 // waitJobs: the named Job, or every Job with the labels, has the Complete
 // condition. A Job that failed ends the wait at once with its reason: it will
-// not complete by waiting (kubernetes-entrypoint waits on it forever).
-func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observation)) error {
+// not complete by waiting (kubernetes-entrypoint waits on it forever). sh,
+// when not nil, is the wait's shared watch of the namespace's Jobs, which a
+// Job named joins.
+func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observation), sh *shared) error {
 	ns := w.namespace(d)
 	sel := byName(d.Name)
 	what := "job " + ns + "/" + d.Name
@@ -20,10 +25,38 @@ func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observa
 		sel = selector{label: labels.SelectorFromSet(d.Labels).String()}
 		what = "jobs " + ns + "/" + sel.label
 	}
-	lw := newListWatch(w.cfg.Kube.jobs(ns), sel, apiTrouble(report))
+	if sh != nil {
+		err := sh.join(ctx, d.Name, func(objs []any) (bool, error) { return settle(ctx, d, jobsObservation(objs, what), report) }, apiTrouble(report))
+		if !errors.Is(err, errOwnWatch) || ctx.Err() != nil {
+			return err
+		}
+		w.log.Info("the namespace's Jobs may not be listed; watching this one by name", "dependency", d.String())
+	}
+	lw := newListWatch(w.cfg.Kube.jobs(ns, nil), sel, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return jobsObservation(objs, what)
 	})
+}
+
+// jobsKind shares the Jobs a wait names in one namespace: one LIST and
+// WATCH of the namespace's Jobs (in Table form: a row each, jobtable.go)
+// while two or more are waited for, of the one by name once one is left
+// (from the watch's next request). A 403 on the first LIST (a Role that
+// names its Jobs) sends each back to its own watch by name.
+var jobsKind = sharedKind{
+	of: func(u *unstructured.Unstructured) string { return u.GetName() },
+	sel: func(keys []string) selector {
+		if len(keys) == 1 {
+			return byName(keys[0])
+		}
+		return selector{}
+	},
+	ended: func(err error, listed bool) error {
+		if !listed && apierrors.IsForbidden(err) {
+			return errOwnWatch
+		}
+		return nil
+	},
 }
 
 func jobsObservation(objs []any, what string) Observation {

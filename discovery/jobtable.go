@@ -32,9 +32,12 @@ const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io"
 // whose Table has no Status column (before Kubernetes 1.30) is read whole
 // from then on, as the other resources are (full).
 type jobTable struct {
-	k     *Kube
-	ns    string
-	full  lister // the JSON objects: GETs, and a server without the column
+	k    *Kube
+	ns   string
+	full lister // the JSON objects: GETs, and a server without the column
+	// wants says which failed Jobs are worth a GET (nil: all): a list of
+	// the namespace's Jobs has others' failed ones too.
+	wants func(name string) bool
 	whole atomic.Bool
 	once  sync.Once
 }
@@ -44,8 +47,8 @@ type jobTable struct {
 // counts of active or failed pods.
 const tableRowAnnotation = "kolla-agent.io/table-row"
 
-func (k *Kube) jobTable(ns string) *jobTable {
-	return &jobTable{k: k, ns: ns, full: k.dynamic.Resource(jobsGVR).Namespace(ns)}
+func (k *Kube) jobTable(ns string, wants func(string) bool) *jobTable {
+	return &jobTable{k: k, ns: ns, full: k.dynamic.Resource(jobsGVR).Namespace(ns), wants: wants}
 }
 
 func (t *jobTable) Get(ctx context.Context, name string, o metav1.GetOptions, sub ...string) (*unstructured.Unstructured, error) {
@@ -181,7 +184,7 @@ func cell(row metav1.TableRow, i int) string {
 func (t *jobTable) object(ctx context.Context, c jobCols, row metav1.TableRow, rv string) *unstructured.Unstructured {
 	name, status, completions := cell(row, c.name), cell(row, c.status), cell(row, c.completions)
 	var why string
-	if status == "Failed" || status == "FailureTarget" {
+	if (status == "Failed" || status == "FailureTarget") && (t.wants == nil || t.wants(name)) {
 		u, err := t.full.Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
 			return u

@@ -193,6 +193,13 @@ func (s *shared) leave(m *member, err error) {
 	}
 }
 
+// has says whether a member has the key.
+func (s *shared) has(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.ContainsFunc(s.members, func(m *member) bool { return m.key == key })
+}
+
 // current is the members now.
 func (s *shared) current() []*member {
 	s.mu.Lock()

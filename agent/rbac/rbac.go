@@ -190,10 +190,30 @@ func Rules(cfg *config.Config, namespace string, templates []string, o Options) 
 	for _, sv := range serviceRead {
 		in(sv[0]).watch("", "services", sv[1])
 	}
+	shareJobs(r)
 	for ns, set := range elsewhere {
+		shareJobs(set)
 		others[ns] = set.rules()
 	}
 	return r.rules(), others
+}
+
+// shareJobs grants list and watch on every Job of the namespace when two
+// or more are waited for by name: the wait reads them with one shared
+// watch of the namespace's Jobs (discovery/shared.go), in the API server's
+// table form. The token can then list every Job there, which
+// helm-toolkit's Roles already allow; a Role that names its Jobs instead
+// costs one refused LIST per start, then a watch each.
+func shareJobs(r set) {
+	named := 0
+	for k, verbs := range r {
+		if k[0] == "batch" && k[1] == "jobs" && k[2] != "" && verbs["list"] {
+			named++
+		}
+	}
+	if named > 1 {
+		r.watch("batch", "jobs", "")
+	}
 }
 
 // exposureCall finds publicURL "svc[.ns]" and internalURL calls in a template.

@@ -108,3 +108,34 @@ func TestRBACRulesNamespaces(t *testing.T) {
 		t.Errorf("glance.openstack read as namespace glance: %v", others)
 	}
 }
+
+// Two Jobs or more waited for by name in one namespace are one watch of
+// the namespace's Jobs: list and watch on all of them there, get on the
+// named ones (a failed one is read whole); one Job stays named.
+func TestRBACRulesSharedJobs(t *testing.T) {
+	flat := func(rules []Rule) string {
+		var b strings.Builder
+		for _, r := range rules {
+			if r.Resources[0] == "jobs" {
+				b.WriteString(strings.Join(r.Verbs, ",") + " [" + strings.Join(r.ResourceNames, ",") + "] ")
+			}
+		}
+		return b.String()
+	}
+	for _, c := range []struct{ wait, want string }{
+		{"[job:keystone-db-sync, job:infra/db-ready]", "get,list,watch [keystone-db-sync] "},
+		{"[job:keystone-db-sync, job:keystone-fernet-setup, job:infra/db-ready]", "get [keystone-db-sync,keystone-fernet-setup] list,watch [] "},
+	} {
+		cfg, err := config.Parse("agent.yaml", []byte("dependencies:\n  wait: "+c.wait+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, others := Rules(cfg, "openstack", nil, Options{})
+		if got := flat(own); got != c.want {
+			t.Errorf("%s: own Role's jobs rules %q, want %q", c.wait, got, c.want)
+		}
+		if got := flat(others["infra"]); got != "get,list,watch [db-ready] " {
+			t.Errorf("%s: namespace infra: %q", c.wait, got)
+		}
+	}
+}

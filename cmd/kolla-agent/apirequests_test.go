@@ -26,10 +26,10 @@ import (
 // dependency once when it is met and every 2 s while it is not.
 
 // API cost, from the API server's audit log: at start exactly one LIST and
-// one WATCH (from the list's resourceVersion) per collection, each narrowed
-// to the dependencies' objects: the Services' EndpointSlices are one
-// collection (service-name in (a,b)), each Job one; then nothing while it
-// waits.
+// one WATCH (from the list's resourceVersion) per collection: the
+// Services' EndpointSlices are one (service-name in (a,b)), the Jobs named
+// in the namespace another (its Jobs, in table form); then nothing while
+// it waits.
 //
 // The same on every etcd. The agent's own list-then-watch
 // (discovery/kube.go) never asks for a watch-list (sendInitialEvents), the
@@ -64,7 +64,7 @@ func TestAPIRequestsWhileWaiting(t *testing.T) {
 	t.Logf("%d requests to sync %d dependencies and wait %v", len(reqs), len(deps), time.Since(start).Round(time.Second))
 	wantOnePerCollection(t, reqs, start, []string{
 		slicesOf(ns, "kubernetes.io/service-name in (mariadb,memcached)"),
-		jobNamed(ns, "keystone-credential-setup"), jobNamed(ns, "keystone-db-sync"), jobNamed(ns, "keystone-fernet-setup"),
+		"/apis/batch/v1/namespaces/" + ns + "/jobs?&",
 	}, "list", "watch")
 	// Jobs are read in the API server's Table form, rows without the
 	// objects: a few hundred bytes a Job, not its 6-8 KB.
@@ -144,7 +144,9 @@ func wantOnePerCollection(t *testing.T, reqs []testenv.AuditRequest, start time.
 			continue
 		}
 		q := u.Query()
-		if q.Get("fieldSelector") == "" && q.Get("labelSelector") == "" {
+		// The namespace's Jobs, two named or more, are one watch of them
+		// all (rows of a table); everything else is narrowed.
+		if q.Get("fieldSelector") == "" && q.Get("labelSelector") == "" && !(strings.HasSuffix(u.Path, "/jobs") && q.Get("includeObject") == "None") {
 			t.Errorf("request not narrowed to its objects: %s", line)
 		}
 		byColl, ok := count[r.Verb]
@@ -591,4 +593,75 @@ func waitDenied(t *testing.T, ns, verb, group, resource string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// The Jobs a pod names share one watch of the namespace's Jobs: as they
+// complete, the wait goes on with no request of its own, and the agent
+// exits when the last is met. Under a Role that names its Jobs (list and
+// watch by resourceNames, as a hand-written one may), the namespace's
+// LIST is refused once and each Job is watched by name: the wait still
+// ends.
+func TestAPIRequestsSharedJobs(t *testing.T) {
+	jobs := []string{"keystone-db-sync", "keystone-fernet-setup", "keystone-credential-setup"}
+	deps := []string{"job:" + jobs[0], "job:" + jobs[1], "job:" + jobs[2]}
+	t.Run("narrows", func(t *testing.T) {
+		ns := namespace(t)
+		for _, j := range jobs {
+			mkJob(t, ns, j, nil)
+		}
+		start := time.Now()
+		a := startAgent(t, agentEnv(t, ns), append([]string{"wait", "--timeout", "5m"}, deps...)...)
+		for _, d := range deps {
+			a.waitLog("dependency=" + d + " state=waiting")
+		}
+		for _, j := range jobs[:2] {
+			if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
+				t.Fatal(err)
+			}
+			a.waitLog("dependency=job:" + j + " state=ready")
+		}
+		a.running()
+		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, jobs[2]); err != nil {
+			t.Fatal(err)
+		}
+		a.wantExit(0)
+		time.Sleep(time.Second) // the audit log is written a moment after
+		reqs := auditOf(t, ns, start)
+		if len(reqs) != 2 || reqs[0].Verb != "list" || reqs[1].Verb != "watch" || !strings.Contains(reqs[1].RequestURI, "/jobs?") {
+			t.Errorf("want one LIST and one WATCH of the namespace's Jobs:\n%s", requestLines(reqs, start))
+		}
+	})
+	t.Run("named Role", func(t *testing.T) {
+		ns := namespace(t)
+		for _, j := range jobs {
+			mkJob(t, ns, j, nil)
+		}
+		env := agentEnv(t, ns)
+		setRole(t, ns, rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, ResourceNames: jobs, Verbs: []string{"get", "list", "watch"}})
+		waitDenied(t, ns, "list", "batch", "jobs")
+		start := time.Now()
+		a := startAgent(t, env, append([]string{"wait", "--timeout", "5m"}, deps...)...)
+		for _, d := range deps {
+			a.waitLog("dependency=" + d + " state=waiting")
+		}
+		for _, j := range jobs {
+			if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.wantExit(0)
+		time.Sleep(time.Second)
+		refused := 0
+		for _, r := range auditOf(t, ns, start) {
+			if r.Code == 403 {
+				refused++
+				if r.Verb != "list" || strings.Contains(r.RequestURI, "fieldSelector") {
+					t.Errorf("refused: %s %s", r.Verb, r.RequestURI)
+				}
+			}
+		}
+		if refused != 1 {
+			t.Errorf("%d refused requests, want the namespace's one LIST", refused)
+		}
+	})
 }
