@@ -221,6 +221,12 @@ var figures = []figure{
 		Ours: "agent-restart-apiserver-cpu-s", Base: "entrypoint-restart-apiserver-cpu-s", BaseIs: "the 500 loops", Unit: "s"},
 	{Area: scaleArea, What: "same: bytes the API server sent per start (its LIST and GET answers, apiserver_response_sizes)", Bench: "BenchmarkScale",
 		Ours: "agent-restart-read-bytes/start", Base: "entrypoint-restart-read-bytes/start", BaseIs: "the 500 loops (a GET per dependency: Endpoints for a Service)", Unit: "B", Target: "<= the incumbent's"},
+	{Area: waitArea, What: "bytes a pod receives from the API server for one start, everything met (2 Services, 3 Jobs), on the wire (TLS with its handshake, HTTP/2), the namespace holding no other Job", Bench: "BenchmarkBytesPerStart/jobs=0",
+		Ours: "agent-wire-bytes/start", Base: "entrypoint-wire-bytes/start", BaseIs: "kubernetes-entrypoint's GETs (client-go 0.36: protobuf)", Unit: "B", Target: "<= the incumbent's"},
+	{Area: waitArea, What: "same, the namespace holding 50 other Jobs of helm-toolkit's size (the agent lists the namespace's Jobs as table rows)", Bench: "BenchmarkBytesPerStart/jobs=50",
+		Ours: "agent-wire-bytes/start", Base: "entrypoint-wire-bytes/start", BaseIs: "kubernetes-entrypoint's GETs", Unit: "B", Target: "<= the incumbent's"},
+	{Area: waitArea, What: "same, 100 other Jobs", Bench: "BenchmarkBytesPerStart/jobs=100",
+		Ours: "agent-wire-bytes/start", Base: "entrypoint-wire-bytes/start", BaseIs: "kubernetes-entrypoint's GETs", Unit: "B", Target: "<= the incumbent's"},
 	{Area: scaleArea, What: "same: first start -> last exit (starts spread over 5 s)", Bench: "BenchmarkScale",
 		Ours: "agent-restart-last-exit-s", Base: "entrypoint-restart-last-exit-s", BaseIs: "the 500 loops (their 2 s sleep)", Unit: "s"},
 
