@@ -63,7 +63,7 @@ var figures = []figure{
 	{Area: waitArea, What: "same, counted in the benchmark's window only (shorter than a watch's timeout: no renewal falls in it)", Bench: "BenchmarkAPIRequestsWhileWaiting",
 		Ours: "agent-steady-req/min", Base: "poller-req/min", BaseIs: entrypoint, Unit: "/min"},
 
-	{Area: waitArea, What: "API requests for the initial sync of those 5 dependencies (LIST + WATCH each)", Bench: "BenchmarkAPIRequestsWhileWaiting",
+	{Area: waitArea, What: "API requests for the initial sync of those 5 dependencies (a LIST and a WATCH of the Services' EndpointSlices, and of the namespace's Jobs)", Bench: "BenchmarkAPIRequestsWhileWaiting",
 		Ours: "agent-sync-req"},
 	{Area: waitArea, What: "last dependency met (Job controller writes Complete) -> exit, median", Bench: "BenchmarkReadyToExitLatency",
 		Ours: "agent-ms/median", Base: "poller-ms/median", BaseIs: entrypoint, Unit: "ms", Headline: "last dependency met -> exit, median"},
@@ -208,7 +208,7 @@ var figures = []figure{
 	{Area: scaleArea, What: "etcd CPU while waiting, above idle, per 60 s", Bench: "BenchmarkScale",
 		Ours: "agent-waiting-etcd-cpu-s", Minus: "idle-etcd-cpu-s", Base: "entrypoint-waiting-etcd-cpu-s", BaseIs: "the 500 loops", Unit: "s"},
 	{Area: scaleArea, What: "kube-apiserver RSS while waiting, above idle (median)", Bench: "BenchmarkScale",
-		Ours: "agent-waiting-apiserver-rss-MiB", Minus: "idle-apiserver-rss-MiB", Base: "entrypoint-waiting-apiserver-rss-MiB", BaseIs: "the 500 loops", Unit: "MiB", Headline: "the same: kube-apiserver RSS above idle (the agents' 2,500 watches)"},
+		Ours: "agent-waiting-apiserver-rss-MiB", Minus: "idle-apiserver-rss-MiB", Base: "entrypoint-waiting-apiserver-rss-MiB", BaseIs: "the 500 loops", Unit: "MiB", Headline: "the same: kube-apiserver RSS above idle (the agents' watches: 2 per pod)"},
 
 	{Area: scaleArea, What: "kube-apiserver heap per watch", Bench: "BenchmarkScale",
 		Ours: "apiserver-heap-KiB/watch", Unit: "KiB"},
@@ -230,7 +230,7 @@ var figures = []figure{
 	{Area: scaleArea, What: "same: first start -> last exit (starts spread over 5 s)", Bench: "BenchmarkScale",
 		Ours: "agent-restart-last-exit-s", Base: "entrypoint-restart-last-exit-s", BaseIs: "the 500 loops (their 2 s sleep)", Unit: "s"},
 
-	{Area: scaleArea, What: "API server killed under the 500 waiting agents, back after 5 s: share of their 2,500 watches resumed in the busiest second", Bench: "BenchmarkScale",
+	{Area: scaleArea, What: "API server killed under the 500 waiting agents, back after 5 s: share of their watches (2 per pod) resumed in the busiest second", Bench: "BenchmarkScale",
 		Ours: "agent-resume-busiest-second-%", Unit: "%", Target: "not all in the same second", Headline: "API server restarted under 500 waiting agents: share of their watches resumed in the busiest second"},
 	{Area: scaleArea, What: "same: the median watch resumed, after the first", Bench: "BenchmarkScale",
 		Ours: "agent-resume-median-s", Unit: "s"},
