@@ -59,7 +59,8 @@ func (lr *logrotate) rotate() error {
 
 // underLogrotate starts a service that writes total numbered lines to
 // log (serviceLine), about perMs a millisecond, and logrotate rotating it
-// every 100 ms; wait waits for both and returns the number of rotations.
+// every rotateEvery (100 ms; 400 ms under the race detector); wait waits
+// for both and returns the number of rotations.
 // In create mode the service reopens the path when it is another file, as
 // a service does on its postrotate signal. However slow logrotate starts
 // on a loaded machine, there is a rotation at least every perRotation
@@ -102,14 +103,14 @@ func underLogrotate(t *testing.T, lr *logrotate, log, mode string, total, perMs,
 			}
 		}
 	})
-	wg.Go(func() { // logrotate, every 100 ms
+	wg.Go(func() { // logrotate, every rotateEvery
 		for {
 			select {
 			case <-done:
 				return
 			case <-stop:
 				return
-			case <-time.After(100 * time.Millisecond):
+			case <-time.After(rotateEvery):
 			}
 			if err := lr.rotate(); err != nil {
 				t.Error(err)
