@@ -9,10 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/kolla-agent/kolla-agent/internal/atomicwriter"
+	"github.com/kolla-agent/kolla-agent/internal/poll"
 )
 
-// watching runs a Watcher on dirs and returns the channel of its bursts.
+// watching runs a Watcher on cfg and returns the channel of its bursts
+// once its inotify watches are in place: a change made before that would
+// be missed.
 func watching(t *testing.T, cfg WatchConfig) (<-chan Burst, []Volume) {
 	t.Helper()
 	w, vols, err := NewWatcher(cfg)
@@ -29,8 +34,51 @@ func watching(t *testing.T, cfg WatchConfig) (<-chan Burst, []Volume) {
 			t.Errorf("watcher: %v", err)
 		}
 	})
-	time.Sleep(20 * time.Millisecond) // the inotify watch is in place
+	for _, v := range vols {
+		target := v.Dir
+		switch v.Kind {
+		case "missing":
+			continue
+		case "file":
+			target = filepath.Dir(v.Dir) // a file is watched through its directory
+		}
+		poll.Until(t, 10*time.Second, "the inotify watch on "+target, func() bool { return inotifyWatches(t, target) })
+	}
 	return out, vols
+}
+
+// inotifyWatches says whether an inotify instance of this process watches
+// path's inode, as the kernel lists each watch in /proc/self/fdinfo
+// (proc(5): "inotify wd:... ino:... sdev:..."). The watch is in place once
+// inotify_add_watch has returned: a change from then on is an event.
+func inotifyWatches(t *testing.T, path string) bool {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	sdev := uint64(unix.Major(st.Dev))<<20 | uint64(unix.Minor(st.Dev)) // the kernel's dev_t
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if l, _ := os.Readlink("/proc/self/fd/" + fd.Name()); l != "anon_inode:inotify" {
+			continue
+		}
+		b, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			continue // closed meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			var wd int
+			var ino, dev uint64
+			if n, _ := fmt.Sscanf(line, "inotify wd:%x ino:%x sdev:%x", &wd, &ino, &dev); n == 3 && ino == st.Ino && dev == sdev {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func nextBurst(t *testing.T, ch <-chan Burst, within time.Duration) Burst {
@@ -58,14 +106,22 @@ func noBurst(t *testing.T, ch <-chan Burst, during time.Duration) {
 // swap; a write of unchanged data swaps nothing and is no burst.
 func TestWatcherKubeletVolume(t *testing.T) {
 	kw := atomicwriter.Start(t)
-	dir := filepath.Join(t.TempDir(), "config_files")
+	base := t.TempDir()
+	dir := filepath.Join(base, "config_files")
 	data := map[string]string{"keystone.conf": "[DEFAULT]\ndebug = false\n", "config.json": "{}"}
 	if err := kw.Write(dir, data); err != nil {
 		t.Fatal(err)
 	}
-	bursts, vols := watching(t, WatchConfig{Dirs: []string{dir}, Quiet: 50 * time.Millisecond, MaxWait: time.Second})
-	if len(vols) != 1 || vols[0].Kind != "volume" {
-		t.Fatalf("volumes %+v, want one kubelet volume", vols)
+	// A plain directory watched with it: a change there, made after the
+	// unchanged write, is seen after anything that write did (one
+	// inotify queue, read in order).
+	marker := filepath.Join(base, "marker")
+	if err := os.Mkdir(marker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bursts, vols := watching(t, WatchConfig{Dirs: []string{dir, marker}, Quiet: 50 * time.Millisecond, MaxWait: time.Second})
+	if len(vols) != 2 || vols[0].Kind != "volume" || vols[1].Kind != "directory" {
+		t.Fatalf("volumes %+v, want a kubelet volume and a directory", vols)
 	}
 	for _, step := range []struct {
 		name string
@@ -80,14 +136,33 @@ func TestWatcherKubeletVolume(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := nextBurst(t, bursts, 5*time.Second)
-		if len(b.Reasons) == 0 || !strings.Contains(b.Reasons[0], "..data swapped") {
+		if len(b.Reasons) != 1 || !strings.Contains(b.Reasons[0], "..data swapped") {
 			t.Errorf("%s: reasons %v", step.name, b.Reasons)
 		}
 	}
 	if err := kw.Write(dir, data); err != nil {
 		t.Fatal(err)
 	}
-	noBurst(t, bursts, 300*time.Millisecond)
+	addFile(t, marker, "seen.conf")
+	// Not a wait for a burst that might come late: the next burst is the
+	// marker's, and the unchanged write is in no burst before it.
+	if b := nextBurst(t, bursts, 5*time.Second); len(b.Reasons) != 1 || !strings.HasPrefix(b.Reasons[0], marker+": seen.conf") {
+		t.Errorf("after the unchanged write and the marker: reasons %v, want the marker's only", b.Reasons)
+	}
+}
+
+// addFile puts a file in dir in one step, renamed in from elsewhere: one
+// inotify event, where a write is a create and then a write that a loaded
+// machine can make two bursts.
+func addFile(t *testing.T, dir, name string) {
+	t.Helper()
+	tmp := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(tmp, []byte("[DEFAULT]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // 100 swaps in one second are one burst, delivered after the quiet period,
@@ -180,7 +255,7 @@ func TestWatcherKinds(t *testing.T) {
 	if got := strings.Join(kinds, ","); got != "volume,directory,file,missing" {
 		t.Errorf("kinds %s", got)
 	}
-	os.WriteFile(filepath.Join(plain, "glance.conf"), []byte("[DEFAULT]\n"), 0o644)
+	addFile(t, plain, "glance.conf")
 	if b := nextBurst(t, bursts, 3*time.Second); !strings.Contains(b.Reasons[0], "glance.conf") {
 		t.Errorf("plain directory: reasons %v", b.Reasons)
 	}
