@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/kolla-agent/kolla-agent/agent/config"
 	"github.com/kolla-agent/kolla-agent/agent/kolla"
 	"github.com/kolla-agent/kolla-agent/agent/render"
@@ -345,10 +347,13 @@ reload: {quiet: 20ms, maxWait: 200ms, rescan: 100ms, settle: 0s, stateDir: /stat
 			}
 		}
 	}
+	// Each run makes a pass at its start: waited for on the duty's count
+	// of passes, so that a slow start is not taken for a pass that
+	// signalled nothing.
 	stop := run()
-	time.Sleep(200 * time.Millisecond) // the start's pass: unchanged
-	if n := svc.count(); n != 0 {
-		t.Fatalf("%d signals for the config the service started with", n)
+	poll.Until(t, 10*time.Second, "the start's pass", func() bool { return passes(d, "") == 1 })
+	if n, u := svc.count(), passes(d, OutcomeUnchanged); n != 0 || u != 1 {
+		t.Fatalf("the start's pass: %d signals, %d passes unchanged, for the config the service started with; want none and 1", n, u)
 	}
 	os.WriteFile(src, []byte("a = 2\n"), 0o644)
 	poll.Until(t, 10*time.Second, "the reload's signal", func() bool { return svc.count() == 1 })
@@ -357,13 +362,27 @@ reload: {quiet: 20ms, maxWait: 200ms, rescan: 100ms, settle: 0s, stateDir: /stat
 		t.Errorf("committed %q", b)
 	}
 
+	before, unchanged := passes(d, ""), passes(d, OutcomeUnchanged)
 	stop = run()
-	time.Sleep(300 * time.Millisecond)
+	poll.Until(t, 10*time.Second, "the second run's start pass", func() bool { return passes(d, "") == before+1 })
 	stop()
-	if n := svc.count(); n != 1 {
-		t.Errorf("%d signals after the duty ran again; want the one reload's", n)
+	if n, u := svc.count(), passes(d, OutcomeUnchanged)-unchanged; n != 1 || u != 1 {
+		t.Errorf("%d signals after the duty ran again, its start's pass unchanged %d times; want the one reload's, and 1", n, u)
 	}
 	if d.api != nil || d.files != nil {
 		t.Error("the API source or the start's files kept after the run")
 	}
+}
+
+// passes is the duty's count of reload passes with outcome, or of all
+// passes when outcome is "".
+func passes(d *Duty, outcome string) int {
+	if outcome != "" {
+		return int(testutil.ToFloat64(d.metrics.outcome.WithLabelValues(outcome)))
+	}
+	n := 0
+	for _, o := range []string{OutcomeUnchanged, OutcomeSkipped, OutcomeFailed, OutcomeRejected, OutcomeApplied, OutcomeRolledBack} {
+		n += passes(d, o)
+	}
+	return n
 }
