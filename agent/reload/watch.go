@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"k8s.io/utils/clock"
 )
 
 // dataLink is the symlink the kubelet renames over to commit a new version
@@ -43,9 +44,10 @@ type Burst struct {
 // first swap), and triggers on ..data being created or renamed over; a
 // directory without ..data triggers on any change of its entries.
 type Watcher struct {
-	cfg  WatchConfig
-	log  *slog.Logger
-	seen map[string]uint64 // dir -> fingerprint at the last look
+	cfg   WatchConfig
+	log   *slog.Logger
+	clock clock.WithTicker  // the quiet period, maxWait and the rescan; a test's fake
+	seen  map[string]uint64 // dir -> fingerprint at the last look
 }
 
 // Volume describes a watched directory as found at start.
@@ -68,7 +70,7 @@ func NewWatcher(cfg WatchConfig) (*Watcher, []Volume, error) {
 	if cfg.MaxWait < cfg.Quiet {
 		cfg.MaxWait = cfg.Quiet
 	}
-	w := &Watcher{cfg: cfg, log: cfg.Logger, seen: map[string]uint64{}}
+	w := &Watcher{cfg: cfg, log: cfg.Logger, clock: clock.RealClock{}, seen: map[string]uint64{}}
 	var vols []Volume
 	for _, d := range cfg.Dirs {
 		v := Volume{Dir: d, Kind: kindOf(d)}
@@ -150,14 +152,14 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Burst) error {
 		pending    *Burst
 		ready      bool // pending has been quiet long enough, or waited maxWait
 		overdue    bool // pending has waited maxWait: deliver it as soon as possible
-		quietT     = newTimer()
-		maxT       = newTimer()
+		quietT     = newTimer(w.clock)
+		maxT       = newTimer(w.clock)
 		rescanC    <-chan time.Time
 		send       chan<- Burst
 		sendBurst  Burst
 		dirOf      = map[string]string{} // watched path -> configured dir
 		noteChange = func(reason string) {
-			now := time.Now()
+			now := w.clock.Now()
 			if pending == nil {
 				pending = &Burst{First: now}
 				maxT.reset(w.cfg.MaxWait)
@@ -176,9 +178,9 @@ func (w *Watcher) Run(ctx context.Context, out chan<- Burst) error {
 		}
 	}
 	if w.cfg.Rescan > 0 {
-		t := time.NewTicker(w.cfg.Rescan)
+		t := w.clock.NewTicker(w.cfg.Rescan)
 		defer t.Stop()
-		rescanC = t.C
+		rescanC = t.C()
 	}
 	rescan := func(why string) {
 		addWatches()
@@ -263,19 +265,20 @@ func (w *Watcher) relevant(d string, ev fsnotify.Event) (string, bool) {
 	return d + ": " + base + " " + ev.Op.String(), true
 }
 
-// timer is a time.Timer that can be reset whatever its state, with a nil
+// timer is a timer on clk that can be reset whatever its state, with a nil
 // channel while stopped.
 type timer struct {
-	t *time.Timer
-	c <-chan time.Time
+	clk clock.Clock
+	t   clock.Timer
+	c   <-chan time.Time
 }
 
-func newTimer() *timer { return &timer{} }
+func newTimer(clk clock.Clock) *timer { return &timer{clk: clk} }
 
 func (t *timer) reset(d time.Duration) {
 	t.stop()
-	t.t = time.NewTimer(d)
-	t.c = t.t.C
+	t.t = t.clk.NewTimer(d)
+	t.c = t.t.C()
 }
 
 func (t *timer) stop() {

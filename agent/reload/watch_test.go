@@ -6,23 +6,30 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/kolla-agent/kolla-agent/internal/atomicwriter"
 	"github.com/kolla-agent/kolla-agent/internal/poll"
 )
 
-// watching runs a Watcher on cfg and returns the channel of its bursts
-// once its inotify watches are in place: a change made before that would
-// be missed.
-func watching(t *testing.T, cfg WatchConfig) (<-chan Burst, []Volume) {
+// watching runs a Watcher on cfg, its quiet period, maxWait and rescan on
+// clk (nil: the real clock), and returns the channel of its bursts once
+// its inotify watches are in place: a change made before that would be
+// missed.
+func watching(t *testing.T, cfg WatchConfig, clk clock.WithTicker) (<-chan Burst, []Volume) {
 	t.Helper()
 	w, vols, err := NewWatcher(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if clk != nil {
+		w.clock = clk
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan Burst)
@@ -92,13 +99,87 @@ func nextBurst(t *testing.T, ch <-chan Burst, within time.Duration) Burst {
 	return Burst{}
 }
 
-func noBurst(t *testing.T, ch <-chan Burst, during time.Duration) {
+// stepClock is the watcher's clock where the quiet period or maxWait is
+// what a test tests: time moves only when the test steps it, so a write
+// that takes long on a loaded machine neither opens the window nor closes
+// it. It counts the timers armed by duration: the watcher restarts its
+// quiet period at each change it sees, so the test knows the watcher has
+// seen a change before it moves the time on.
+type stepClock struct {
+	*clocktesting.FakeClock
+	mu    sync.Mutex
+	armed map[time.Duration]int
+}
+
+func newStepClock() *stepClock {
+	return &stepClock{FakeClock: clocktesting.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), armed: map[time.Duration]int{}}
+}
+
+func (c *stepClock) NewTimer(d time.Duration) clock.Timer {
+	t := &countedTimer{c.FakeClock.NewTimer(d), c}
+	c.count(d)
+	return t
+}
+
+func (c *stepClock) count(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed[d]++
+}
+
+func (c *stepClock) timers(d time.Duration) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.armed[d]
+}
+
+// seen waits until the watcher has armed n quiet periods of length quiet:
+// it has seen n changes. A watcher that does not restart the quiet period
+// at each change fails here.
+func (c *stepClock) seen(t *testing.T, quiet time.Duration, n int) {
 	t.Helper()
-	select {
-	case b := <-ch:
-		t.Fatalf("unexpected burst: %v", b.Reasons)
-	case <-time.After(during):
-	}
+	poll.Until(t, 10*time.Second, fmt.Sprintf("the watcher to see change %d and restart its quiet period (%v)", n, quiet),
+		func() bool { return c.timers(quiet) >= n })
+}
+
+// stepDue steps the clock by d and says whether a timer was due: one that
+// fires leaves the clock's waiters at once, in Step.
+func (c *stepClock) stepDue(d time.Duration) bool {
+	before := c.Waiters()
+	c.Step(d)
+	return c.Waiters() < before
+}
+
+type countedTimer struct {
+	clock.Timer
+	c *stepClock
+}
+
+func (t *countedTimer) Reset(d time.Duration) bool {
+	active := t.Timer.Reset(d)
+	t.c.count(d)
+	return active
+}
+
+// collect receives the bursts as they are delivered, as the duty does,
+// until the test ends.
+func collect(t *testing.T, in <-chan Burst) <-chan Burst {
+	out := make(chan Burst, 100)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case b := <-in:
+				out <- b
+			case <-stop:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return out
 }
 
 // The kubelet's own AtomicWriter updates the volume: an added key, a
@@ -119,7 +200,7 @@ func TestWatcherKubeletVolume(t *testing.T) {
 	if err := os.Mkdir(marker, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bursts, vols := watching(t, WatchConfig{Dirs: []string{dir, marker}, Quiet: 50 * time.Millisecond, MaxWait: time.Second})
+	bursts, vols := watching(t, WatchConfig{Dirs: []string{dir, marker}, Quiet: 50 * time.Millisecond, MaxWait: time.Second}, nil)
 	if len(vols) != 2 || vols[0].Kind != "volume" || vols[1].Kind != "directory" {
 		t.Fatalf("volumes %+v, want a kubelet volume and a directory", vols)
 	}
@@ -165,52 +246,90 @@ func addFile(t *testing.T, dir, name string) {
 	}
 }
 
-// 100 swaps in one second are one burst, delivered after the quiet period,
-// and the files then are the last data written.
+// 100 swaps 10 ms apart, a second in all, more than the quiet period, less
+// between two: one burst, delivered once the quiet period has passed after
+// the last swap, and the files then are the last data written. The window
+// is the behaviour under test, so it is on a stepped clock (stepClock): a
+// write that takes longer than the quiet period on a loaded machine must
+// not split the burst, and the quiet period must not pass unseen.
 func TestWatcherBurstIsOneAction(t *testing.T) {
+	const quiet, gap = 300 * time.Millisecond, 10 * time.Millisecond
 	kw := atomicwriter.Start(t)
 	dir := filepath.Join(t.TempDir(), "vol")
 	if err := kw.Write(dir, map[string]string{"a.conf": "0"}); err != nil {
 		t.Fatal(err)
 	}
-	bursts, _ := watching(t, WatchConfig{Dirs: []string{dir}, Quiet: 300 * time.Millisecond, MaxWait: 10 * time.Second})
+	clk := newStepClock()
+	out, _ := watching(t, WatchConfig{Dirs: []string{dir}, Quiet: quiet, MaxWait: 10 * time.Second}, clk)
+	bursts := collect(t, out)
 	for i := 1; i <= 100; i++ {
 		if err := kw.Write(dir, map[string]string{"a.conf": fmt.Sprint(i), "b.conf": fmt.Sprint(i % 7)}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		clk.seen(t, quiet, i)
+		if clk.stepDue(gap) {
+			t.Fatalf("a timer due %v after swap %d (quiet %v): the quiet period does not restart at each change", gap, i, quiet)
+		}
 	}
-	b := nextBurst(t, bursts, 5*time.Second)
-	if len(b.Reasons) < 50 {
-		t.Errorf("one burst of %d swaps; want about 100 coalesced", len(b.Reasons))
+	// The last swap was seen gap ago: the quiet period ends at quiet.
+	if clk.stepDue(quiet - gap - time.Millisecond) {
+		t.Fatalf("a timer due %v after the last swap, before the quiet period (%v)", quiet-time.Millisecond, quiet)
 	}
-	noBurst(t, bursts, time.Second)
+	if !clk.stepDue(time.Millisecond) {
+		t.Fatalf("no timer due when the quiet period (%v) after the last swap had passed", quiet)
+	}
+	b := nextBurst(t, bursts, 10*time.Second)
+	if n := clk.timers(quiet); len(b.Reasons) != n || n < 100 {
+		t.Errorf("one burst of %d swaps, of %d seen; want the 100, all", len(b.Reasons), n)
+	}
+	if got, want := b.Last.Sub(b.First), 99*gap; got != want {
+		t.Errorf("the burst spans %v of the watcher's clock, want %v", got, want)
+	}
 	for name, want := range map[string]string{"a.conf": "100", "b.conf": "2"} {
 		if got, _ := os.ReadFile(filepath.Join(dir, name)); string(got) != want {
 			t.Errorf("%s = %q, want %q", name, got, want)
 		}
 	}
+	if n := clk.timers(quiet); len(b.Reasons) != n {
+		t.Errorf("%d swaps seen, %d in the burst: a second burst", n, len(b.Reasons))
+	}
 }
 
 // A burst that never goes quiet is delivered once maxWait has passed, and
-// again for what follows: changes are never held back indefinitely.
+// again for what follows: changes are never held back indefinitely. A
+// change every 100 ms on a stepped clock (stepClock), never quiet for the
+// 400 ms quiet period: each burst is due 600 ms (maxWait) after its first
+// change, whatever a loaded machine does to the writes.
 func TestWatcherMaxWait(t *testing.T) {
+	const quiet, maxWait, gap = 400 * time.Millisecond, 600 * time.Millisecond, 100 * time.Millisecond
 	kw := atomicwriter.Start(t)
 	dir := filepath.Join(t.TempDir(), "vol")
-	kw.Write(dir, map[string]string{"a.conf": "0"})
-	bursts, _ := watching(t, WatchConfig{Dirs: []string{dir}, Quiet: 400 * time.Millisecond, MaxWait: 600 * time.Millisecond})
-	stop := time.Now().Add(2 * time.Second)
-	got := 0
-	for i := 1; time.Now().Before(stop); i++ {
-		kw.Write(dir, map[string]string{"a.conf": fmt.Sprint(i)})
-		select {
-		case <-bursts:
-			got++
-		case <-time.After(100 * time.Millisecond): // less than the quiet period
-		}
+	if err := kw.Write(dir, map[string]string{"a.conf": "0"}); err != nil {
+		t.Fatal(err)
 	}
-	if got < 2 {
-		t.Errorf("%d bursts in 2s of changes every 100ms with maxWait 600ms; want at least 2", got)
+	clk := newStepClock()
+	out, _ := watching(t, WatchConfig{Dirs: []string{dir}, Quiet: quiet, MaxWait: maxWait}, clk)
+	bursts := collect(t, out)
+	seen := 0
+	for burst := 1; burst <= 2; burst++ {
+		for i := 1; ; i++ { // the burst's changes
+			seen++
+			if err := kw.Write(dir, map[string]string{"a.conf": fmt.Sprint(seen)}); err != nil {
+				t.Fatal(err)
+			}
+			clk.seen(t, quiet, seen)
+			due := clk.stepDue(gap)
+			if elapsed := time.Duration(i) * gap; due != (elapsed == maxWait) {
+				t.Fatalf("burst %d: timer due %v at %v after its first change, changes %v apart; want due at maxWait (%v) only", burst, due, elapsed, gap, maxWait)
+			}
+			if due {
+				break
+			}
+		}
+		b := nextBurst(t, bursts, 10*time.Second)
+		if want := int(maxWait / gap); len(b.Reasons) != want || b.Last.Sub(b.First) != maxWait-gap {
+			t.Errorf("burst %d: %d changes over %v, want %d over %v", burst, len(b.Reasons), b.Last.Sub(b.First), want, maxWait-gap)
+		}
 	}
 }
 
@@ -247,7 +366,7 @@ func TestWatcherKinds(t *testing.T) {
 	os.Mkdir(plain, 0o755)
 	file := filepath.Join(base, "keystone.conf")
 	os.WriteFile(file, []byte("x"), 0o644)
-	bursts, vols := watching(t, WatchConfig{Dirs: []string{vol, plain, file, filepath.Join(base, "nope")}, Quiet: 20 * time.Millisecond})
+	bursts, vols := watching(t, WatchConfig{Dirs: []string{vol, plain, file, filepath.Join(base, "nope")}, Quiet: 20 * time.Millisecond}, nil)
 	var kinds []string
 	for _, v := range vols {
 		kinds = append(kinds, v.Kind)
