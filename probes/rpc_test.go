@@ -25,6 +25,7 @@ import (
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/kolla-agent/kolla-agent/internal/poll"
 	"github.com/kolla-agent/kolla-agent/internal/rabbitmq"
 )
 
@@ -336,7 +337,11 @@ func TestRPCServerStopped(t *testing.T) {
 		_, err, _ := check(r, 20*time.Second)
 		errc <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// Close once the check holds the RPC (its semaphore), not after a
+	// sleep a loaded machine can outlast: a Close before it would end the
+	// check before it began, and pass without testing this. Holding it,
+	// the check returns errRPCClosed only from its wait for the reply.
+	poll.Until(t, 10*time.Second, "the check to start", func() bool { return len(r.sem) == 1 })
 	began := time.Now()
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
@@ -585,13 +590,23 @@ func TestRPCBadBroker(t *testing.T) {
 	t.Run("connection refused, then backoff", func(t *testing.T) {
 		dead := closedPort(t)
 		r := newRPC(t, RPCConfig{TransportURL: "rabbit://u:p@" + dead + "/", Topic: "conductor", Server: "x"})
-		_, err, _ := check(r, 5*time.Second)
-		if err == nil || err.Error() != "broker "+dead+": connection refused" {
-			t.Fatalf("err = %v", err)
+		// "At once" is no connection attempt: the real dialer, counted, and
+		// a backoff clock that stands still, so that a check slowed by a
+		// loaded machine is neither a failure nor past the backoff.
+		now := time.Now()
+		r.now = func() time.Time { return now }
+		dials, dial := 0, r.dial
+		r.dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials++
+			return dial(ctx, network, addr)
 		}
-		_, err, took := check(r, 5*time.Second)
-		if err == nil || !strings.HasPrefix(err.Error(), "broker "+dead+": connection refused (next connection attempt in ") || took > 100*time.Millisecond {
-			t.Fatalf("second check: err = %v after %s, want the last error at once", err, took)
+		_, err, _ := check(r, 5*time.Second)
+		if err == nil || err.Error() != "broker "+dead+": connection refused" || dials != 1 {
+			t.Fatalf("err = %v after %d dials, want connection refused after 1", err, dials)
+		}
+		_, err, _ = check(r, 5*time.Second)
+		if err == nil || !strings.HasPrefix(err.Error(), "broker "+dead+": connection refused (next connection attempt in ") || dials != 1 {
+			t.Fatalf("second check: err = %v, %d dials in all; want the last error without a dial", err, dials)
 		}
 	})
 	t.Run("unknown server", func(t *testing.T) {
