@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -59,7 +60,7 @@ func (s *tableServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	cols := []metav1.TableColumnDefinition{{Name: "Name"}, {Name: "Status"}, {Name: "Completions"}, {Name: "Duration"}, {Name: "Age"}}
 	if !s.statusColumn {
-		cols = slicesDelete(cols, 1)
+		cols = slices.Delete(cols, 1, 2)
 	}
 	tab := func(rows [][]any, withCols bool) metav1.Table {
 		t := metav1.Table{TypeMeta: metav1.TypeMeta{APIVersion: "meta.k8s.io/v1", Kind: "Table"}, ListMeta: metav1.ListMeta{ResourceVersion: "10"}}
@@ -90,8 +91,6 @@ func (s *tableServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	enc.Encode(map[string]any{"type": "MODIFIED", "object": done})
 	enc.Encode(map[string]any{"type": "ERROR", "object": metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: "Failure", Code: 410, Reason: metav1.StatusReasonExpired, Message: "too old"}})
 }
-
-func slicesDelete[T any](s []T, i int) []T { return append(s[:i:i], s[i+1:]...) }
 
 func (s *tableServer) requests() string {
 	s.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,8 +61,9 @@ type member struct {
 	joined  bool
 	onSet   func(objs []any) (bool, error) // its objects: the wait's eval and settle
 	trouble func(op string, err error)
-	done    chan error        // its result, sent once
-	seen    map[string]string // by object, the resourceVersions onSet last saw; nil before the first
+	done    chan error // its result, sent once
+	told    bool       // onSet has seen its objects
+	seen    string     // their keys and resourceVersions then (versions)
 }
 
 // errOwnWatch ends a member's part in a shared watch whose resource it
@@ -164,10 +166,11 @@ func (s *shared) onSet(objs []any) (bool, error) {
 	}
 	for _, m := range s.current() {
 		mine := by[m.key]
-		if m.seen != nil && sameVersions(m.seen, mine) {
+		v := versions(mine)
+		if m.told && v == m.seen {
 			continue
 		}
-		m.seen = versions(mine)
+		m.told, m.seen = true, v
 		if done, err := m.onSet(mine); done {
 			s.leave(m, err)
 		}
@@ -243,24 +246,13 @@ func (s *shared) onErr(op string, err error) {
 	}
 }
 
-func versions(objs []any) map[string]string {
-	v := make(map[string]string, len(objs))
+// versions says which objects objs are, at which resourceVersions: the
+// set watchSet gives is in key order, so equal sets give equal strings.
+func versions(objs []any) string {
+	var b strings.Builder
 	for _, o := range objs {
 		u := o.(*unstructured.Unstructured)
-		v[objKey(u)] = u.GetResourceVersion()
+		b.WriteString(objKey(u) + "@" + u.GetResourceVersion() + "\n")
 	}
-	return v
-}
-
-func sameVersions(seen map[string]string, objs []any) bool {
-	if len(seen) != len(objs) {
-		return false
-	}
-	for _, o := range objs {
-		u := o.(*unstructured.Unstructured)
-		if rv, ok := seen[objKey(u)]; !ok || rv != u.GetResourceVersion() {
-			return false
-		}
-	}
-	return true
+	return b.String()
 }

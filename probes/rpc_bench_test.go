@@ -2,7 +2,6 @@ package probes
 
 import (
 	"context"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -60,12 +59,12 @@ func BenchmarkRPCCheck(b *testing.B) {
 	pyPerCall := float64(acceptedConnections(b, broker, pythonName)-pyConns) / rpcSamples
 
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	agent, py := medianOf(agentCPU), medianOf(pyCPU)
+	agent, py := percentile(agentCPU, 50), percentile(pyCPU, 50)
 	b.ReportMetric(ms(agent), "cpu-ms/check")
 	b.ReportMetric(agentConns, "conns/check")
 	b.ReportMetric(ms(py), "baseline-cpu-ms/check")
 	b.ReportMetric(pyPerCall, "baseline-conns/check")
-	b.ReportMetric(ms(medianOf(pyWall)), "baseline-wall-ms/check")
+	b.ReportMetric(ms(percentile(pyWall, 50)), "baseline-wall-ms/check")
 	if agent > 0 {
 		b.ReportMetric(float64(py)/float64(agent), "baseline/agent-cpu")
 	}
@@ -73,13 +72,6 @@ func BenchmarkRPCCheck(b *testing.B) {
 
 // rpcSamples is how many samples each side of BenchmarkRPCCheck takes.
 const rpcSamples = 5
-
-// medianOf is the median of ds (the upper one of an even count).
-func medianOf(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
 
 // cpuTime is this process' user+system CPU time so far.
 func cpuTime(b *testing.B) time.Duration {
