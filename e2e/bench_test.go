@@ -68,6 +68,17 @@ func median(v []float64) float64 {
 	return s[len(s)/2]
 }
 
+// reportSamples reports the median of samples (seconds) as NAME/median in
+// ms, with their count and range (NAME/samples, /min, /max), which
+// hack/bench shows as the figure's spread: these benchmarks run once and
+// take their own samples.
+func reportSamples(b *testing.B, samples []float64, name string) {
+	b.ReportMetric(median(samples)*1000, name+"/median")
+	b.ReportMetric(float64(len(samples)), name+"/samples")
+	b.ReportMetric(slices.Min(samples)*1000, name+"/min")
+	b.ReportMetric(slices.Max(samples)*1000, name+"/max")
+}
+
 // idle is a container that runs until stopped and is Ready once started
 // (no probe): the agent's binary waiting for a port that never opens.
 func idle(name string) corev1.Container {
@@ -101,8 +112,8 @@ func BenchmarkRealPodReadyAfterDependency(b *testing.B) {
 	}
 	b.Logf("seconds, agent: %.2f; entrypoint: %.2f", agent, model)
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(median(agent)*1000, "agent-ms/median")
-	b.ReportMetric(median(model)*1000, "entrypoint-ms/median")
+	reportSamples(b, agent, "agent-ms")
+	reportSamples(b, model, "entrypoint-ms")
 }
 
 func readyAfterDependency(b *testing.B, ns, id string, model bool) float64 {
@@ -255,8 +266,8 @@ func BenchmarkRealPodDeletion(b *testing.B) {
 		}
 	}
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(median(agent)*1000, "agent-ms/median")
-	b.ReportMetric(median(pause)*1000, "pause-ms/median")
+	reportSamples(b, agent, "agent-ms")
+	reportSamples(b, pause, "pause-ms")
 }
 
 // BenchmarkRealPodConfigMapReload: a ConfigMap edit to the service running
@@ -396,10 +407,10 @@ probes:
 		}
 	}
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(median(agent)*1000, "agent-ms/median")
-	b.ReportMetric(median(kubelet)*1000, "kubelet-ms/median")
-	b.ReportMetric(median(agent60)*1000, "agent-60s-ms/median")
-	b.ReportMetric(median(kubelet60)*1000, "kubelet-60s-ms/median")
+	reportSamples(b, agent, "agent-ms")
+	reportSamples(b, kubelet, "kubelet-ms")
+	reportSamples(b, agent60, "agent-60s-ms")
+	reportSamples(b, kubelet60, "kubelet-60s-ms")
 }
 
 // appliedPasses counts the applied reload passes in the log of the pod

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -21,7 +22,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(receiverEnv) != "" {
+		os.Exit(serveBenchReceiver())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // receiver is a minimal forward server, decoding with the package's decoder.
 // It records the entries of a message before it acks it (as fluentd does),

@@ -324,13 +324,36 @@ func (r *results) median(bench, unit string) (float64, bool) {
 // spread is how many samples f's figure is the median of, and their
 // range (less the idle level subtracted from the median, if any): one
 // sample is said as such, and has none.
+// A benchmark run once that takes its own samples says so by reporting,
+// beside a figure's NAME/median, NAME/samples, NAME/min and NAME/max: their
+// count and range are shown then.
 func (r *results) spread(f figure, minus float64) string {
 	vs := r.samples[f.Bench][f.Ours]
-	if len(vs) < 2 {
-		return "1 sample"
+	if len(vs) >= 2 {
+		lo, hi := slices.Min(vs)-minus, slices.Max(vs)-minus
+		return fmt.Sprintf("%d: %s - %s", len(vs), value(lo, f), value(hi, f))
 	}
-	lo, hi := slices.Min(vs)-minus, slices.Max(vs)-minus
-	return fmt.Sprintf("%d: %s - %s", len(vs), value(lo, f), value(hi, f))
+	if name, ok := strings.CutSuffix(f.Ours, "/median"); ok {
+		n, okN := r.median(f.Bench, name+"/samples")
+		lo, okLo := r.median(f.Bench, name+"/min")
+		hi, okHi := r.median(f.Bench, name+"/max")
+		if okN && okLo && okHi && n >= 2 {
+			return fmt.Sprintf("%s in one run: %s - %s", num(n), value(lo-minus, f), value(hi-minus, f))
+		}
+	}
+	return "1 sample"
+}
+
+// inSpread: NAME/samples, NAME/min and NAME/max of a benchmark that reports
+// NAME/median are its samples' count and range, shown by spread.
+func (r *results) inSpread(bench, unit string) bool {
+	for _, suffix := range []string{"/samples", "/min", "/max"} {
+		if name, ok := strings.CutSuffix(unit, suffix); ok {
+			_, ok := r.samples[bench][name+"/median"]
+			return ok
+		}
+	}
+	return false
 }
 
 // render builds the table. A figure whose metric the run lacks, or a metric
@@ -347,10 +370,10 @@ func render(r *results) (table, headlines string, err error) {
 		return r.median(bench, unit)
 	}
 	var b, h strings.Builder
-	h.WriteString("| what | kolla-agent | baseline, same run | ratio |\n|---|---|---|---|\n")
+	h.WriteString("| what | kolla-agent | baseline, same run | ratio | quoted, not measured here |\n|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "Commit %s. Machine: %s, %s cores, %s/%s, %s. Each value is the median of the run's samples (`-count`; the last column says how many, and their range: a benchmark that takes its own repeated samples inside one run reports their median as one); the baseline is measured by the same benchmark in the same run; ratio = kolla-agent / baseline.\n\n",
 		orUnknown(shortCommit(r.commit)), orUnknown(r.config["cpu"]), orUnknown(r.config["cores"]), orUnknown(r.config["goos"]), orUnknown(r.config["goarch"]), orUnknown(r.config["go"]))
-	b.WriteString("| duty | figure | kolla-agent | baseline, same run | ratio | target | samples: kolla-agent's range |\n|---|---|---|---|---|---|---|\n")
+	b.WriteString("| duty | figure | kolla-agent | baseline, same run | ratio | target | quoted, not measured here | samples: kolla-agent's range |\n|---|---|---|---|---|---|---|---|\n")
 	for _, f := range figures {
 		ours, ok := use(f.Bench, f.Ours)
 		if !ok {
@@ -380,14 +403,14 @@ func render(r *results) (table, headlines string, err error) {
 			baseCell = value(base, f) + ": " + f.BaseIs
 			ratio = ratioOf(ours, base)
 		}
-		fmt.Fprintf(&b, "| %s | %s | **%s** | %s | %s | %s | %s |\n", f.Area, f.What, value(ours, f), baseCell, ratio, f.Target, r.spread(f, minus))
+		fmt.Fprintf(&b, "| %s | %s | **%s** | %s | %s | %s | %s | %s |\n", f.Area, f.What, value(ours, f), baseCell, ratio, f.Target, f.Quoted, r.spread(f, minus))
 		if f.Headline != "" {
-			fmt.Fprintf(&h, "| %s | **%s** | %s | %s |\n", f.Headline, value(ours, f), baseCell, ratio)
+			fmt.Fprintf(&h, "| %s | **%s** | %s | %s | %s |\n", f.Headline, value(ours, f), baseCell, ratio, f.Quoted)
 		}
 	}
 	for _, bench := range slices.Sorted(maps.Keys(r.samples)) {
 		for _, unit := range slices.Sorted(maps.Keys(r.samples[bench])) {
-			if !used[bench][unit] && aux[unit] == "" && !zero(r.samples[bench][unit]) {
+			if !used[bench][unit] && aux[unit] == "" && !r.inSpread(bench, unit) && !zero(r.samples[bench][unit]) {
 				errs = append(errs, fmt.Errorf("%s reports %s, which no figure shows: add it to hack/bench/figures.go", bench, unit))
 			}
 		}

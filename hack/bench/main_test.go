@@ -74,17 +74,45 @@ func TestRenderEveryFigureOrNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "| what | kolla-agent | baseline, same run | ratio |\n|---|---|---|---|\n| the latency | **11 ms** | 2,000 ms: a poller | 1/182 |\n"; headlines != want {
+	if want := "| what | kolla-agent | baseline, same run | ratio | quoted, not measured here |\n|---|---|---|---|---|\n| the latency | **11 ms** | 2,000 ms: a poller | 1/182 |  |\n"; headlines != want {
 		t.Errorf("headlines:\n%s\nwant:\n%s", headlines, want)
 	}
 	for _, want := range []string{
-		"| a | latency | **11 ms** | 2,000 ms: a poller | 1/182 |  |",
-		"| b | x | **7** |  |  |  |",
+		"| a | latency | **11 ms** | 2,000 ms: a poller | 1/182 |  |  | 3: 10 ms - 12.5 ms |",
+		"| b | x | **7** |  |  |  |  | 1 sample |",
 		"Machine: Some CPU @ 2.00GHz,",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("no %q in\n%s", want, table)
 		}
+	}
+}
+
+// A benchmark run once that takes its own samples has their count and
+// range shown; a quoted figure stands in its own column, out of the ratio.
+func TestRenderSpreadInOneRunAndQuoted(t *testing.T) {
+	saved := figures
+	t.Cleanup(func() { figures = saved })
+	figures = []figure{{Area: "p", What: "pod ready", Bench: "BenchmarkP", Ours: "agent-ms/median", Base: "other-ms/median", BaseIs: "the other", Unit: "ms", Quoted: "tool: 44 MB (its docs)", Headline: "pod"}}
+	const one = "BenchmarkP-2 1 0 ns/op 120 agent-ms/median 9 agent-ms/samples 100 agent-ms/min 900 agent-ms/max 300 other-ms/median 9 other-ms/samples 200 other-ms/min 400 other-ms/max\n"
+	r, err := parse(strings.NewReader(one))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, headlines, err := render(r)
+	if err != nil {
+		t.Fatalf("the samples' count and range are no figures of their own: %v", err)
+	}
+	if want := "| p | pod ready | **120 ms** | 300 ms: the other | 0.4x |  | tool: 44 MB (its docs) | 9 in one run: 100 ms - 900 ms |"; !strings.Contains(table, want) {
+		t.Errorf("no %q in\n%s", want, table)
+	}
+	if want := "| pod | **120 ms** | 300 ms: the other | 0.4x | tool: 44 MB (its docs) |"; !strings.Contains(headlines, want) {
+		t.Errorf("no %q in\n%s", want, headlines)
+	}
+	// A /min without its /median is a metric no figure shows.
+	r, _ = parse(strings.NewReader("BenchmarkP-2 1 0 ns/op 120 agent-ms/median 5 stray/min\n"))
+	if _, _, err := render(r); err == nil || !strings.Contains(err.Error(), "stray/min") {
+		t.Errorf("a stray /min: %v", err)
 	}
 }
 
