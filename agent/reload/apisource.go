@@ -31,9 +31,9 @@ type ConfigMapAPI interface {
 	// Pod reads the agent's pod, for its volumes and their mounts.
 	Pod(ctx context.Context) (*unstructured.Unstructured, error)
 	// ConfigMap sends the named ConfigMap (a set of one, or none) at once
-	// and after every change, until ctx ends; onErr is told of the API's
-	// failures, which it retries by itself.
-	ConfigMap(ctx context.Context, name string, onErr func(op string, err error)) <-chan []*unstructured.Unstructured
+	// and, once follow is called, after every change, until ctx ends; onErr
+	// is told of the API's failures, which it retries by itself.
+	ConfigMap(ctx context.Context, name string, onErr func(op string, err error)) (sets <-chan []*unstructured.Unstructured, follow func())
 }
 
 var (
@@ -55,15 +55,17 @@ func (c configMapAPI) Pod(ctx context.Context) (*unstructured.Unstructured, erro
 	return u, nil
 }
 
-// ConfigMap is one narrowed watch, followed for the pod's life.
-func (c configMapAPI) ConfigMap(ctx context.Context, name string, onErr func(op string, err error)) <-chan []*unstructured.Unstructured {
+// ConfigMap is one LIST narrowed to its name, and the WATCH from its
+// resourceVersion once followed.
+func (c configMapAPI) ConfigMap(ctx context.Context, name string, onErr func(op string, err error)) (<-chan []*unstructured.Unstructured, func()) {
 	obs := c.kube.Observe(ctx, configMapsGVR, c.ns, discovery.Selector{Name: name}, onErr)
-	obs.Follow()
-	return obs.C
+	return obs.C, obs.Follow
 }
 
 // APISource is reload.source: api. It watches the ConfigMap behind each
-// watched volume through the API (one watch per ConfigMap, never polling)
+// watched volume through the API (one LIST and one WATCH per ConfigMap,
+// however many volumes mount it, never polling; no WATCH of an immutable
+// one, which never changes: the kubelet watches none either)
 // and keeps a copy of it laid out as the kubelet lays out the volume; the
 // render reads the copy instead of the volume, so a change is taken as soon
 // as the API has it rather than after the kubelet's sync period and cache.
@@ -90,7 +92,12 @@ type apiVolume struct {
 	immutable bool
 }
 
-type keyPath struct{ Key, Path string }
+// keyPath is one of a ConfigMap volume's items (tagged: the unstructured
+// converter matches names exactly, so Key alone never read "key").
+type keyPath struct {
+	Key  string `json:"key"`
+	Path string `json:"path"`
+}
 
 // NewAPISource maps each watched directory (as the container sees it;
 // host maps it to this host's path) to the ConfigMap mounted there, from
@@ -161,21 +168,36 @@ func (pv *podVolumes) configMapAt(dir string) (*apiVolume, error) {
 	return nil, fmt.Errorf("no volume of the pod is mounted at %s (mounts: %s)", dir, strings.Join(mounts, ", "))
 }
 
-// Run watches each ConfigMap until ctx ends.
+// Run watches each ConfigMap until ctx ends: once, for all the volumes
+// that mount it.
 func (s *APISource) Run(ctx context.Context) {
-	var wg sync.WaitGroup
+	byName := map[string][]*apiVolume{}
 	for _, v := range s.vols {
+		byName[v.configMap] = append(byName[v.configMap], v)
+	}
+	var wg sync.WaitGroup
+	for name, vols := range byName {
 		wg.Go(func() {
-			sets := s.api.ConfigMap(ctx, v.configMap, func(op string, err error) {
-				s.log.Warn("reload: watching a ConfigMap through the API; the volume is the fallback", "configmap", v.configMap, "op", op, "error", err.Error())
+			sets, follow := s.api.ConfigMap(ctx, name, func(op string, err error) {
+				s.log.Warn("reload: watching a ConfigMap through the API; the volume is the fallback", "configmap", name, "op", op, "error", err.Error())
 			})
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case set := <-sets:
-					if len(set) == 1 {
+				case set, ok := <-sets:
+					switch {
+					case !ok:
+						return
+					case len(set) != 1:
+						follow() // not there (yet): watch for it
+						continue
+					}
+					for _, v := range vols {
 						s.update(v, set[0])
+					}
+					if imm, _, _ := unstructured.NestedBool(set[0].Object, "immutable"); !imm {
+						follow()
 					}
 				}
 			}
