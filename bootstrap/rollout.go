@@ -110,7 +110,12 @@ var workloadGVRs = map[string]schema.GroupVersionResource{
 // Every replica may call it with the same value: the template changes once,
 // so N replicas make one rollout; a template that has the value already is
 // not written. It returns the owner and whether this call changed it.
-func Rollout(ctx context.Context, kube *discovery.Kube, ns, pod, key, value string) (Owner, bool, error) {
+//
+// owner, when known (a pod's controller never changes), is used as is:
+// the rollout is then one GET of the workload and, when needed, one PATCH;
+// with Owner{} it is first found from the pod (one GET of the pod and, for
+// a Deployment, one of its ReplicaSet).
+func Rollout(ctx context.Context, kube *discovery.Kube, ns, pod string, owner Owner, key, value string) (Owner, bool, error) {
 	get := func(ctx context.Context, gvr schema.GroupVersionResource, name string, into any) error {
 		u, err := kube.Resource(gvr, ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -118,9 +123,11 @@ func Rollout(ctx context.Context, kube *discovery.Kube, ns, pod, key, value stri
 		}
 		return runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into)
 	}
-	owner, _, _, err := podOwner(ctx, get, pod)
-	if err != nil {
-		return Owner{}, false, err
+	if owner.Name == "" {
+		var err error
+		if owner, _, _, err = podOwner(ctx, get, pod); err != nil {
+			return Owner{}, false, err
+		}
 	}
 	gvr := workloadGVRs[owner.Kind]
 	var w struct {

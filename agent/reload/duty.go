@@ -72,7 +72,8 @@ type Duty struct {
 	files   []render.File // the config the service started with, until recorded
 	dirs    []string      // the watched volumes' mounts, container paths
 	watch   WatchConfig
-	api     *APISource // reload.source: api, while Run runs
+	api     *APISource      // reload.source: api, while Run runs
+	owner   bootstrap.Owner // action rollout's workload, once found (its pod's controller never changes)
 	metrics *Metrics
 	r       *Reloader
 }
@@ -316,10 +317,12 @@ func (d *Duty) act(ctx context.Context, hash string, changed []string) error {
 		if err != nil {
 			return fmt.Errorf("rollout: %w", err)
 		}
-		owner, changed, err := bootstrap.Rollout(ctx, kube, d.m.Namespace, d.m.PodName, ConfigHashAnnotation, src)
+		owner, changed, err := bootstrap.Rollout(ctx, kube, d.m.Namespace, d.m.PodName, d.owner, ConfigHashAnnotation, src)
 		if err != nil {
+			d.owner = bootstrap.Owner{} // found again next time: it may be what failed
 			return fmt.Errorf("rollout: %w", err)
 		}
+		d.owner = owner
 		if changed {
 			d.m.Logger.Info("reload: rolling the pods out with the new config", "owner", owner.Kind+"/"+owner.Name, "sources", src)
 		} else {
