@@ -265,32 +265,44 @@ func TestAPIRequestsPerLookup(t *testing.T) {
 }
 
 // wantRequests checks that the agent's requests since are exactly want
-// (verb and path, the namespace written NS; any order), reading the audit
-// log until it holds as many and once more a second later, so a late extra
-// request counts too.
-func wantRequests(t *testing.T, ns string, since time.Time, want []string) {
+// (verb and path, the namespace written NS; any order), read once they
+// settle (settledRequests), and returns them.
+func wantRequests(t *testing.T, ns string, since time.Time, want []string) []testenv.AuditRequest {
 	t.Helper()
-	got := func() []string {
-		var out []string
-		for _, r := range auditOf(t, ns, since) {
-			u, err := url.Parse(r.RequestURI)
-			if err != nil {
-				t.Fatalf("request %s %s: %v", r.Verb, r.RequestURI, err)
-			}
-			out = append(out, r.Verb+" "+strings.Replace(u.Path, "/namespaces/"+ns+"/", "/namespaces/NS/", 1))
-		}
-		slices.Sort(out)
-		return out
-	}
-	var reqs []string
-	for deadline := time.Now().Add(10 * time.Second); len(reqs) < len(want) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		reqs = got()
+	reqs := settledRequests(t, ns, since, len(want))
+	checkRequests(t, ns, reqs, want)
+	return reqs
+}
+
+// settledRequests reads the agent's requests since from the audit log
+// until it holds at least n, and once more a second later, so a late extra
+// request counts too.
+func settledRequests(t *testing.T, ns string, since time.Time, n int) []testenv.AuditRequest {
+	t.Helper()
+	var reqs []testenv.AuditRequest
+	for deadline := time.Now().Add(10 * time.Second); len(reqs) < n && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		reqs = auditOf(t, ns, since)
 	}
 	time.Sleep(time.Second)
-	reqs = got()
+	return auditOf(t, ns, since)
+}
+
+// checkRequests checks that reqs are exactly want (verb and path, the
+// namespace written NS; any order).
+func checkRequests(t *testing.T, ns string, reqs []testenv.AuditRequest, want []string) {
+	t.Helper()
+	var got []string
+	for _, r := range reqs {
+		u, err := url.Parse(r.RequestURI)
+		if err != nil {
+			t.Fatalf("request %s %s: %v", r.Verb, r.RequestURI, err)
+		}
+		got = append(got, r.Verb+" "+strings.Replace(u.Path, "/namespaces/"+ns+"/", "/namespaces/NS/", 1))
+	}
+	slices.Sort(got)
 	want = slices.Sorted(slices.Values(want))
-	if !slices.Equal(reqs, want) {
-		t.Errorf("requests:\n  %s\nwant:\n  %s", strings.Join(reqs, "\n  "), strings.Join(want, "\n  "))
+	if !slices.Equal(got, want) {
+		t.Errorf("requests:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
 
