@@ -341,9 +341,10 @@ probes:
 	waitStatus(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", port), 200, 30*time.Second)
 
 	const (
-		leases = "/apis/coordination.k8s.io/v1/namespaces/NS/leases"
-		lease  = leases + "/glance-api-0"
-		renew  = 5 * time.Second // the default duration's third
+		leases   = "/apis/coordination.k8s.io/v1/namespaces/NS/leases"
+		lease    = leases + "/glance-api-0"
+		duration = 15 * time.Second // the Lease's default duration
+		renew    = duration / 3
 	)
 	applied := `msg="reload pass" outcome=applied`
 	for i, take := range []string{"create " + leases, "update " + lease} {
@@ -372,18 +373,20 @@ probes:
 			}
 			from, _ := time.Parse(time.RFC3339Nano, m[2*i][1])
 			to, _ := time.Parse(time.RFC3339Nano, m[2*i+1][1])
-			// Each write renews, none before the renewal period and none
-			// later than a second after it: as many renewals as the
-			// turn's length calls for.
+			// Each write renews, none before the renewal period (the
+			// release may come at any time) and none so late that the
+			// Lease expired: no more renewals than the turn's length calls
+			// for. A loaded machine may delay a renewal, never hasten one,
+			// so only the Lease's own bound is asserted on the late side.
 			renewals := len(writes) - 2
 			for k := 1; k < len(writes); k++ {
 				gap := writes[k].Sub(writes[k-1])
-				if gap < renew-100*time.Millisecond && k < len(writes)-1 || gap > renew+time.Second {
-					t.Errorf("Lease writes %v apart (renewal %d of %d): want one every %v while held", gap.Round(time.Millisecond), k, renewals, renew)
+				if gap < renew-100*time.Millisecond && k < len(writes)-1 || gap >= duration {
+					t.Errorf("Lease writes %v apart (renewal %d of %d): want one every %v while held, and never %v without one", gap.Round(time.Millisecond), k, renewals, renew, duration)
 				}
 			}
 			held := writes[len(writes)-1].Sub(writes[0])
-			if renewals != int(held/renew) && renewals != int((held-time.Second)/renew) {
+			if renewals > int(held/(renew-100*time.Millisecond)) {
 				t.Errorf("%d renewals in a turn of %v (agent: %v), want one every %v", renewals, held.Round(time.Millisecond), to.Sub(from).Round(time.Millisecond), renew)
 			}
 			if renewals < 1 {
