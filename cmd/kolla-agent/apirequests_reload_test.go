@@ -334,8 +334,9 @@ probes:
       timeout: 150ms
       failureThreshold: 1
 `, ns, vol, dir, port))
-	// The service takes 6 s to load its config: a turn spans a renewal.
-	script := fmt.Sprintf(`sleep 6; cp %[1]s/svc.conf %[1]s/loaded; trap 'exit 0' TERM; while :; do sleep 0.1; done`, dir)
+	// The service takes 8 s to load its config: a turn spans a renewal,
+	// with 3 s to spare for a renewal a loaded machine delays.
+	script := fmt.Sprintf(`sleep 8; cp %[1]s/svc.conf %[1]s/loaded; trap 'exit 0' TERM; while :; do sleep 0.1; done`, dir)
 	a := startAgent(t, withEnv(env, "POD_NAME=glance-api-0"), "--config", cfg, "run", "--", "/bin/sh", "-c", script)
 	a.waitLog("reload: watching")
 	waitStatus(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", port), 200, 30*time.Second)
