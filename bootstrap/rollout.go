@@ -244,6 +244,12 @@ func (c *Coordinator) WaitRollout(ctx context.Context, s Step, pod string, given
 		gvr = statefulSetGVR
 	}
 	what := r.owner.Kind + " " + r.owner.Name
+	// The owner is watched only until the gate opens: the phase then runs
+	// beside the service for as long as the pod lives, and a watch left
+	// open would stream the owner's every status change to no one, and be
+	// reopened each time the API server ends it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	owner := c.cfg.Kube.Observe(ctx, gvr, c.cfg.Namespace, discovery.Selector{Name: r.owner.Name}, func(op string, err error) {
 		c.report(s, Waiting, "", "API %s of %s: %v", op, what, err)
 	})
