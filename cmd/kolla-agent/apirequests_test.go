@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +18,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
@@ -337,6 +341,217 @@ func TestAPIRequestsBootstrap(t *testing.T) {
 		"create /apis/batch/v1/namespaces/NS/jobs",                 // 409: it exists
 		"list /apis/batch/v1/namespaces/NS/jobs",                   // complete
 		"get " + record, "create /api/v1/namespaces/NS/configmaps", // recorded again
+	})
+}
+
+// The bootstrap's rollout gate, the phase after it (contract) of a
+// Deployment's pod whose earlier phases (expand, migrate) are recorded.
+// Rollout complete: a GET of the record per phase, the owner found once (a
+// GET of the pod, then of its ReplicaSet), one LIST of the Deployment by
+// name and no WATCH, then the contract Job's own requests (the record read
+// again, the Job created and its Event posted, one LIST and WATCH of the
+// step's Jobs, the success recorded). Rollout under way: the same up to the
+// LIST, then one WATCH of the Deployment from that list's resourceVersion
+// and nothing while it waits; the rollout done, the Job's requests as
+// above, and the Deployment's WATCH closed: the gate is open for good.
+func TestAPIRequestsRolloutGate(t *testing.T) {
+	t.Logf("on %s", s.env.Etcd)
+	ns := namespace(t)
+	env := agentEnvWith(t, ns, []string{"examples/rbac/bootstrap-create.yaml", "examples/rbac/bootstrap-rollout.yaml"})
+	labels := map[string]string{"app": "heat-api"}
+	deps := client().AppsV1().Deployments(ns)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "heat-api"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			// The new pod comes first; the old one goes once it is ready.
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "heat-api", Image: "kolla/heat-api:v1"}}},
+			},
+		},
+	}
+	if _, err := deps.Create(ctxT(t), d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// podOf waits for the pod of image and returns it with its ReplicaSet.
+	podOf := func(image string) (pod, rs string) {
+		t.Helper()
+		eventually(t, "the pod of "+image, func() bool {
+			l, err := client().CoreV1().Pods(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: "app=heat-api"})
+			if err != nil {
+				return false
+			}
+			for _, p := range l.Items {
+				if p.DeletionTimestamp == nil && p.Spec.Containers[0].Image == image && len(p.OwnerReferences) == 1 {
+					pod, rs = p.Name, p.OwnerReferences[0].Name
+					return true
+				}
+			}
+			return false
+		})
+		return pod, rs
+	}
+	rolledOut := func() bool {
+		d, err := deps.Get(ctxT(t), "heat-api", metav1.GetOptions{})
+		return err == nil && d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == 1 && d.Status.Replicas == 1 && d.Status.AvailableReplicas == 1
+	}
+	// settled waits until the controller has seen the Deployment's spec and
+	// written its revision (a gate that read the revision before would
+	// take the pod's for a newer one), and returns its resourceVersion: no
+	// LIST after can return an older one.
+	settled := func(revision string) string {
+		t.Helper()
+		var rv string
+		eventually(t, "the deployment at revision "+revision, func() bool {
+			d, err := deps.Get(ctxT(t), "heat-api", metav1.GetOptions{})
+			if err != nil || d.Status.ObservedGeneration < d.Generation || d.Annotations["deployment.kubernetes.io/revision"] != revision {
+				return false
+			}
+			rv = d.ResourceVersion
+			return true
+		})
+		return rv
+	}
+	pod0, rs0 := podOf("kolla/heat-api:v1")
+	setReady(t, ns, pod0, "10.10.12.1", true)
+	eventually(t, "the v1 rollout", rolledOut)
+
+	const name = "heat-db-sync"
+	// recordEarly records the version's expand and migrate, as the pods
+	// before did: the record's keys are <phase>.<version>.
+	recordEarly := func(version string) {
+		t.Helper()
+		cms := client().CoreV1().ConfigMaps(ns)
+		cm, err := cms.Get(ctxT(t), bootstrap.RecordName(name), metav1.GetOptions{})
+		if err != nil {
+			cm = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: bootstrap.RecordName(name)}, Data: map[string]string{}}
+		}
+		for _, phase := range []string{"expand", "migrate"} {
+			e, _ := json.Marshal(bootstrap.Entry{Version: version, Phase: phase, Job: name + "-" + phase, Finished: time.Now().UTC().Format(time.RFC3339)})
+			cm.Data[phase+"."+version] = string(e)
+		}
+		if cm.ResourceVersion == "" {
+			_, err = cms.Create(ctxT(t), cm, metav1.CreateOptions{})
+		} else {
+			_, err = cms.Update(ctxT(t), cm, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := func(pod, version string) *agentProc {
+		cfg := bootstrapFiles(t, ns, fmt.Sprintf(`  mode: create
+  name: %s
+  version: %q
+  command: heat-manage db_sync
+  phases:
+    - {name: expand, command: heat-manage db_sync --expand}
+    - {name: migrate, command: heat-manage db_sync --migrate}
+    - {name: contract, command: heat-manage db_sync --contract}
+  timeout: 2m
+`, name, version), "")
+		return startAgent(t, withEnv(env, "POD_NAME="+pod), "--config", cfg, "run", "--", "sleep", "3600")
+	}
+	// contract waits for the agent's contract Job of version, then
+	// completes it once the agent waits for it (so that it lists it
+	// active and watches), until the agent has recorded it.
+	contract := func(a *agentProc, version string) {
+		t.Helper()
+		var found []string
+		eventually(t, "the contract job of "+version, func() bool {
+			found = jobsLabelled(t, ns, bootstrap.LabelPhase+"=contract,"+bootstrap.LabelVersion+"="+version)
+			return len(found) == 1
+		})
+		a.waitLog("waiting for job " + found[0])
+		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, found[0]); err != nil {
+			t.Fatal(err)
+		}
+		a.waitLog("job " + found[0] + " complete")
+	}
+	const (
+		deployments = "/apis/apps/v1/namespaces/NS/deployments"
+		jobs        = "/apis/batch/v1/namespaces/NS/jobs"
+	)
+	record := "/api/v1/namespaces/NS/configmaps/" + bootstrap.RecordName(name)
+	// gate is a start's requests up to the Deployment's LIST: the record
+	// for each phase, the owner.
+	gate := func(pod, rs string) []string {
+		return []string{"get " + record, "get " + record, "get " + record,
+			"get /api/v1/namespaces/NS/pods/" + pod, "get /apis/apps/v1/namespaces/NS/replicasets/" + rs,
+			"list " + deployments}
+	}
+	// contractJob is the contract step's own requests.
+	contractJob := func(pod string) []string {
+		return append([]string{"get " + record, "create " + jobs, "list " + jobs, "watch " + jobs, "get " + record, "update " + record},
+			eventRequests(pod)...) // BootstrapJobCreated
+	}
+	deploymentRequests := func(reqs []testenv.AuditRequest) []testenv.AuditRequest {
+		var out []testenv.AuditRequest
+		for _, r := range reqs {
+			if strings.Contains(r.RequestURI, "/deployments") {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+
+	t.Run("rollout complete", func(t *testing.T) {
+		recordEarly("1")
+		from := settled("1")
+		since := time.Now()
+		a := start(pod0, "1")
+		contract(a, "1")
+		reqs := wantRequests(t, ns, since, slices.Concat(gate(pod0, rs0), contractJob(pod0)))
+		narrowedTo(t, deploymentRequests(reqs), from, currentRV(t, ns))
+		a.running()
+		a.cmd.Process.Signal(syscall.SIGTERM) // the service goes with it
+		a.wantExit(143)
+	})
+
+	t.Run("rollout under way", func(t *testing.T) {
+		recordEarly("2")
+		cur, err := deps.Get(ctxT(t), "heat-api", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Spec.Template.Spec.Containers[0].Image = "kolla/heat-api:v2"
+		if _, err := deps.Update(ctxT(t), cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod1, rs1 := podOf("kolla/heat-api:v2")
+		from := settled("2")
+		since := time.Now()
+		a := start(pod1, "2")
+		a.waitLog("waiting for the rollout: deployment heat-api")
+		waiting := slices.Concat(gate(pod1, rs1), []string{"watch " + deployments})
+		reqs := wantRequests(t, ns, since, waiting)
+		narrowedTo(t, deploymentRequests(reqs), from, currentRV(t, ns))
+
+		// The new pod ready, the controller removes the old one: the
+		// rollout is complete.
+		setReady(t, ns, pod1, "10.10.12.2", true)
+		a.waitLog("rollout complete")
+		contract(a, "2")
+		reqs = wantRequests(t, ns, since, slices.Concat(waiting, contractJob(pod1)))
+		eventually(t, "the deployment's watch closed once the gate opened", func() bool {
+			for _, r := range deploymentRequests(auditOf(t, ns, since)) {
+				if r.Verb == "watch" && !r.Complete {
+					return false
+				}
+			}
+			return true
+		})
+		if t.Failed() {
+			t.Logf("requests:\n%s", requestLines(reqs, since))
+		}
+		a.running()
+		a.cmd.Process.Signal(syscall.SIGTERM)
+		a.wantExit(143)
 	})
 }
 

@@ -20,12 +20,14 @@ type AuditRequest struct {
 	RequestURI string    // path and query, e.g. /api/v1/namespaces/x/pods?watch=true
 	Time       time.Time // when the API server received the request
 	Code       int       // response status code, once logged
+	Complete   bool      // the response has ended: a watch, closed
 }
 
 // auditEvent holds the fields of an audit.k8s.io/v1 Event that Requests
 // reads; the full type lives in k8s.io/apiserver, too big a dependency for this.
 type auditEvent struct {
 	AuditID    string `json:"auditID"`
+	Stage      string `json:"stage"`
 	RequestURI string `json:"requestURI"`
 	Verb       string `json:"verb"`
 	User       struct {
@@ -78,6 +80,9 @@ func (e *Env) Requests(user string, since time.Time) ([]AuditRequest, error) {
 		}
 		if ev.ResponseStatus != nil {
 			req.Code = ev.ResponseStatus.Code
+		}
+		if ev.Stage == "ResponseComplete" || ev.Stage == "Panic" {
+			req.Complete = true
 		}
 	}
 	out := make([]AuditRequest, 0, len(byID))
