@@ -34,13 +34,8 @@ import (
 // and RSS are the shipping process's alone.
 func BenchmarkShipForward(b *testing.B) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	dir := filepath.Join(b.TempDir(), "keystone")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	log := filepath.Join(dir, "keystone.log")
 	const n = 500_000
-	size := writeLines(b, log, n)
+	dir, size := benchLog(b, n)
 	rcv := startBenchReceiver(b)
 
 	fw, err := NewForward(ForwardConfig{Address: rcv.ack})
@@ -54,7 +49,7 @@ func BenchmarkShipForward(b *testing.B) {
 	var took, raw time.Duration
 	b.ResetTimer()
 	for range b.N {
-		raw += rawCopy(b, log, rcv.raw, size)
+		raw += rawCopy(b, filepath.Join(dir, "keystone.log"), rcv.raw, size)
 
 		cfg.StateDir = filepath.Join(b.TempDir(), "state") // from the start each time
 		obs.bytes.Store(0)
@@ -100,13 +95,8 @@ func BenchmarkShipForward(b *testing.B) {
 // the figure a sidecar of that kind would see.
 func BenchmarkShipFluentServer(b *testing.B) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	dir := filepath.Join(b.TempDir(), "keystone")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	log := filepath.Join(dir, "keystone.log")
 	const n = 50_000
-	size := writeLines(b, log, n)
+	dir, size := benchLog(b, n)
 	want := strings.Split(strings.TrimSuffix(lines(0, n), "\n"), "\n")
 	s := forwardserver.Start(b, forwardserver.Options{})
 	out, err := os.Open(s.Output)
@@ -173,9 +163,14 @@ func BenchmarkShipFluentServer(b *testing.B) {
 	b.ReportMetric(float64(n*b.N)/took.Seconds(), "lines/s")
 }
 
-// writeLines writes n oslo-style lines to path and returns its size.
-func writeLines(b *testing.B, path string, n int) int64 {
-	f, err := os.Create(path)
+// benchLog writes n oslo-style lines to DIR/keystone.log in a new
+// directory and returns DIR and the file's size.
+func benchLog(b *testing.B, n int) (string, int64) {
+	dir := filepath.Join(b.TempDir(), "keystone")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "keystone.log"))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -188,7 +183,7 @@ func writeLines(b *testing.B, path string, n int) int64 {
 	if err := errors.Join(err, f.Close()); err != nil {
 		b.Fatal(err)
 	}
-	return size
+	return dir, size
 }
 
 // rawCopy copies the file into a connection to the receiver's raw port and

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/utils/ptr"
 
@@ -186,26 +184,9 @@ func TestAPIRequestsReloadRollout(t *testing.T) {
 	t.Logf("on %s", s.env.Etcd)
 	ns := namespace(t)
 	env := agentEnvWith(t, ns, []string{"examples/rbac/reload-rollout.yaml"})
-	labels := map[string]string{"app": "glance-api"}
-	deps := client().AppsV1().Deployments(ns)
-	if _, err := deps.Create(ctxT(t), &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "glance-api"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			// The old pod (no kubelet makes the new one ready) stays, and
-			// its agent with it.
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
-				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-			}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "glance-api", Image: "kolla/glance-api:v1"}}},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The old pod (no kubelet makes the new one ready) stays, and its
+	// agent with it.
+	deps := mkSurgeDeployment(t, ns, "glance-api", "kolla/glance-api:v1")
 	var pod, rs string
 	eventually(t, "the pod", func() bool {
 		l, err := client().CoreV1().Pods(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: "app=glance-api"})

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	typedappsv1 "k8s.io/client-go/kubernetes/typed/apps/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
@@ -358,26 +359,8 @@ func TestAPIRequestsRolloutGate(t *testing.T) {
 	t.Logf("on %s", s.env.Etcd)
 	ns := namespace(t)
 	env := agentEnvWith(t, ns, []string{"examples/rbac/bootstrap-create.yaml", "examples/rbac/bootstrap-rollout.yaml"})
-	labels := map[string]string{"app": "heat-api"}
-	deps := client().AppsV1().Deployments(ns)
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "heat-api"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			// The new pod comes first; the old one goes once it is ready.
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
-				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-			}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "heat-api", Image: "kolla/heat-api:v1"}}},
-			},
-		},
-	}
-	if _, err := deps.Create(ctxT(t), d, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The new pod comes first; the old one goes once it is ready.
+	deps := mkSurgeDeployment(t, ns, "heat-api", "kolla/heat-api:v1")
 	// podOf waits for the pod of image and returns it with its ReplicaSet.
 	podOf := func(image string) (pod, rs string) {
 		t.Helper()
@@ -891,4 +874,31 @@ func TestAPIRequestsSharedJobs(t *testing.T) {
 			t.Errorf("%d refused requests, want the namespace's one LIST", refused)
 		}
 	})
+}
+
+// mkSurgeDeployment creates a Deployment of one replica named name (label
+// app=name) that rolls out by surge: the new pod comes first and the old
+// one goes only once the new one is ready. It returns the namespace's
+// Deployments client.
+func mkSurgeDeployment(t *testing.T, ns, name, image string) typedappsv1.DeploymentInterface {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	deps := client().AppsV1().Deployments(ns)
+	if _, err := deps.Create(ctxT(t), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: image}}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return deps
 }
