@@ -63,12 +63,18 @@ ls -la "$cfg" | sed 1d
 
 say "4. kolla-agent run: it waits for the database (tcp:127.0.0.1:18306), which comes up after 3 seconds"
 echo "   (the agent's log and the service's log lines it ships to stdout are shown with '|')"
+# The log file exists before tail opens it: the redirection below happens in
+# the child, and a tail -f that starts first would give up on a missing file.
+: >"$work/agent.out"
 (cd "$work" && POD_IP=127.0.0.1 POD_NAME=demo-0 KOLLA_CONFIG_STRATEGY=COPY_ALWAYS \
-	exec "$BIN" --root "$work" run) >"$work/agent.out" 2>&1 &
+	exec "$BIN" --root "$work" run) >>"$work/agent.out" 2>&1 &
 agent=$!
 pids+=("$agent")
-tail -n +1 -f "$work/agent.out" 2>/dev/null | sed -u 's/^/  | /' &
-pids+=($!)
+# --pid: tail reads the file to its end once the agent has exited, then stops,
+# so step 8 can wait for the last lines instead of guessing how long they take.
+tail -n +1 --pid="$agent" -f "$work/agent.out" | sed -u 's/^/  | /' &
+shown=$!
+pids+=("$shown")
 "$work/bin/demoservice" -dependency 127.0.0.1:18306 -after 3s &
 pids+=($!)
 sleep 1
@@ -103,7 +109,7 @@ say "8. SIGTERM (what the kubelet sends): readiness fails at once, the service s
 kill -TERM "$agent"
 code=0
 wait "$agent" || code=$?
-sleep 0.3
+wait "$shown" || true
 echo "agent exit code (the service's): $code"
 [ "$code" -eq 0 ]
 
