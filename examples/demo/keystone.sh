@@ -348,10 +348,14 @@ EOF
 
 say "5. kolla-agent run: it waits, renders again, then supervises uWSGI (the agent stays its parent: probes, reload, logs)"
 echo "   (the agent's log is shown with '|'; uWSGI and keystone log to files the agent ships)"
-podexec "$BIN" --root "$work" run >"$work/agent.out" 2>&1 &
+# The file first: tail -f gives up on a file the background child has not
+# created yet. --pid: tail reads to the end once the agent exits, then stops.
+: >"$work/agent.out"
+podexec "$BIN" --root "$work" run >>"$work/agent.out" 2>&1 &
 agent=$!
-tail -n +1 -f "$work/agent.out" 2>/dev/null | sed -u 's/^/  | /' &
-pids+=($!)
+tail -n +1 --pid="$agent" -f "$work/agent.out" | sed -u 's/^/  | /' &
+shown=$!
+pids+=("$shown")
 until_ok 20 pgrep -P "$agent"
 uwsgi=$(pgrep -P "$agent" | head -1)
 curl_ "http://127.0.0.1:$PROBE_PORT/readyz?verbose" || true
@@ -443,7 +447,7 @@ curl_ "http://127.0.0.1:$PROBE_PORT/readyz?verbose" || true
 code=0
 wait "$agent" || code=$?
 agent=""
-sleep 0.3
+wait "$shown" || true
 echo "  agent exit code (uWSGI's): $code"
 if pgrep -g "$uwsgi" >/dev/null; then echo "  uWSGI processes left!"; exit 1; fi
 echo "  no uWSGI process left; $(wc -l <"$work/fluent/records.jsonl") records at the forward server ($before before the SIGTERM)"
