@@ -310,7 +310,11 @@ func parse(r io.Reader) (*results, error) {
 
 // median of a metric's samples; false when the run has none.
 func (r *results) median(bench, unit string) (float64, bool) {
-	vs := slices.Clone(r.samples[bench][unit])
+	return medianOf(r.samples[bench][unit])
+}
+
+func medianOf(samples []float64) (float64, bool) {
+	vs := slices.Clone(samples)
 	if len(vs) == 0 {
 		return 0, false
 	}
@@ -321,17 +325,34 @@ func (r *results) median(bench, unit string) (float64, bool) {
 	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
 }
 
-// spread is how many samples f's figure is the median of, and their
-// range (less the idle level subtracted from the median, if any): one
-// sample is said as such, and has none.
+// minusPaired is each sample of unit less the idle level minus measured in
+// the same -count run: the run reports both on one line, so their i-th
+// samples belong together. Subtracting the median idle from the median
+// level instead would mix runs whose idle differs by more than the gap.
+func (r *results) minusPaired(bench, unit, minus string) ([]float64, error) {
+	vs, idle := r.samples[bench][unit], r.samples[bench][minus]
+	if len(vs) == 0 {
+		return nil, fmt.Errorf("%s: no %s in this run", bench, unit)
+	}
+	if len(idle) != len(vs) {
+		return nil, fmt.Errorf("%s: %d samples of %s but %d of %s: each run must report both", bench, len(vs), unit, len(idle), minus)
+	}
+	out := make([]float64, len(vs))
+	for i := range vs {
+		out[i] = vs[i] - idle[i]
+	}
+	return out, nil
+}
+
+// spread is how many samples f's figure is the median of, and their range
+// (vs: each already less its own run's idle level, if any): one sample is
+// said as such, and has none.
 // A benchmark run once that takes its own samples says so by reporting,
 // beside a figure's NAME/median, NAME/samples, NAME/min and NAME/max: their
-// count and range are shown then.
-func (r *results) spread(f figure, minus float64) string {
-	vs := r.samples[f.Bench][f.Ours]
+// count and range are shown then, less that run's idle level minus.
+func (r *results) spread(f figure, vs []float64, minus float64) string {
 	if len(vs) >= 2 {
-		lo, hi := slices.Min(vs)-minus, slices.Max(vs)-minus
-		return fmt.Sprintf("%d: %s - %s", len(vs), value(lo, f), value(hi, f))
+		return fmt.Sprintf("%d: %s - %s", len(vs), value(slices.Min(vs), f), value(slices.Max(vs), f))
 	}
 	if name, ok := strings.CutSuffix(f.Ours, "/median"); ok {
 		n, okN := r.median(f.Bench, name+"/samples")
@@ -374,19 +395,39 @@ func render(r *results) (table, headlines string, err error) {
 	fmt.Fprintf(&b, "Commit %s. Machine: %s, %s cores, %s/%s, %s. Each value is the median of the run's samples (`-count`; the last column says how many, and their range: a benchmark that takes its own repeated samples inside one run reports their median as one); the baseline is measured by the same benchmark in the same run; ratio = kolla-agent / baseline.\n\n",
 		orUnknown(shortCommit(r.commit)), orUnknown(r.config["cpu"]), orUnknown(r.config["cores"]), orUnknown(r.config["goos"]), orUnknown(r.config["goarch"]), orUnknown(r.config["go"]))
 	b.WriteString("| duty | figure | kolla-agent | baseline, same run | ratio | target | quoted, not measured here | samples: kolla-agent's range |\n|---|---|---|---|---|---|---|---|\n")
+	// sampled is a metric's samples, each less its own run's f.Minus.
+	sampled := func(f figure, bench, unit string) ([]float64, float64, error) {
+		if _, ok := use(bench, unit); !ok {
+			return nil, 0, fmt.Errorf("%s: no %s in this run", bench, unit)
+		}
+		if f.Minus == "" {
+			v, _ := r.median(bench, unit)
+			return r.samples[bench][unit], v, nil
+		}
+		if _, ok := use(bench, f.Minus); !ok {
+			return nil, 0, fmt.Errorf("%s: no %s in this run", bench, f.Minus)
+		}
+		if bench != f.Bench {
+			return nil, 0, fmt.Errorf("%s: %s is measured in %s, not beside its idle level %s", f.What, unit, bench, f.Minus)
+		}
+		vs, err := r.minusPaired(bench, unit, f.Minus)
+		if err != nil {
+			return nil, 0, err
+		}
+		v, _ := medianOf(vs)
+		return vs, v, nil
+	}
 	for _, f := range figures {
-		ours, ok := use(f.Bench, f.Ours)
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: no %s in this run (figure %q)", f.Bench, f.Ours, f.What))
+		vs, ours, err := sampled(f, f.Bench, f.Ours)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("figure %q: %w", f.What, err))
 			continue
 		}
+		// The idle level a benchmark's own /min and /max are shown less of:
+		// one run, one idle.
 		var minus float64
 		if f.Minus != "" {
-			if minus, ok = use(f.Bench, f.Minus); !ok {
-				errs = append(errs, fmt.Errorf("%s: no %s in this run", f.Bench, f.Minus))
-				continue
-			}
-			ours -= minus
+			minus, _ = r.median(f.Bench, f.Minus)
 		}
 		baseCell, ratio := "", ""
 		if f.Base != "" {
@@ -394,16 +435,15 @@ func render(r *results) (table, headlines string, err error) {
 			if f.BaseIn != "" {
 				in = f.BaseIn
 			}
-			base, ok := use(in, f.Base)
-			if !ok {
-				errs = append(errs, fmt.Errorf("%s: no %s in this run (baseline of %q)", in, f.Base, f.What))
+			_, base, err := sampled(f, in, f.Base)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("baseline of %q: %w", f.What, err))
 				continue
 			}
-			base -= minus
 			baseCell = value(base, f) + ": " + f.BaseIs
 			ratio = ratioOf(ours, base)
 		}
-		fmt.Fprintf(&b, "| %s | %s | **%s** | %s | %s | %s | %s | %s |\n", f.Area, f.What, value(ours, f), baseCell, ratio, f.Target, f.Quoted, r.spread(f, minus))
+		fmt.Fprintf(&b, "| %s | %s | **%s** | %s | %s | %s | %s | %s |\n", f.Area, f.What, value(ours, f), baseCell, ratio, f.Target, f.Quoted, r.spread(f, vs, minus))
 		if f.Headline != "" {
 			fmt.Fprintf(&h, "| %s | **%s** | %s | %s | %s |\n", f.Headline, value(ours, f), baseCell, ratio, f.Quoted)
 		}

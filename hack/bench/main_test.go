@@ -66,7 +66,7 @@ func TestRenderEveryFigureOrNone(t *testing.T) {
 	}
 	figures = append(figures, figure{Area: "b", What: "x", Bench: "BenchmarkB/sub_name=1", Ours: "x"}, figure{Area: "c", What: "gone", Bench: "BenchmarkC", Ours: "y"})
 	_, _, err = render(r)
-	if err == nil || !strings.Contains(err.Error(), `BenchmarkC: no y in this run (figure "gone")`) {
+	if err == nil || !strings.Contains(err.Error(), `figure "gone": BenchmarkC: no y in this run`) {
 		t.Errorf("a missing figure: %v", err)
 	}
 	figures = figures[:2]
@@ -113,6 +113,37 @@ func TestRenderSpreadInOneRunAndQuoted(t *testing.T) {
 	r, _ = parse(strings.NewReader("BenchmarkP-2 1 0 ns/op 120 agent-ms/median 5 stray/min\n"))
 	if _, _, err := render(r); err == nil || !strings.Contains(err.Error(), "stray/min") {
 		t.Errorf("a stray /min: %v", err)
+	}
+}
+
+// A level above idle is each run's level less that same run's idle, not
+// the median level less the median idle: runs whose idle moves by more
+// than the gap would otherwise give a figure no run measured.
+func TestRenderMinusPairsEachRun(t *testing.T) {
+	saved := figures
+	t.Cleanup(func() { figures = saved })
+	figures = []figure{{Area: "s", What: "rss", Bench: "BenchmarkS", Ours: "agent-MiB", Minus: "idle-MiB", Base: "poller-MiB", BaseIs: "the pollers", Unit: "MiB"}}
+	// Paired: agent 100, 130, 90 (median 100); pollers 60, 70, 50 (60).
+	// Unpaired, medians less the median idle, it would read 90 against 70.
+	const runs = `BenchmarkS-2 1 0 ns/op 200 agent-MiB 100 idle-MiB 160 poller-MiB
+BenchmarkS-2 1 0 ns/op 150 agent-MiB 20 idle-MiB 90 poller-MiB
+BenchmarkS-2 1 0 ns/op 180 agent-MiB 90 idle-MiB 140 poller-MiB
+`
+	r, err := parse(strings.NewReader(runs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, _, err := render(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "| s | rss | **100 MiB** | 60 MiB: the pollers | 1.67x |  |  | 3: 90 MiB - 130 MiB |"; !strings.Contains(table, want) {
+		t.Errorf("no %q in\n%s", want, table)
+	}
+	// A run that reports a level without its idle cannot be paired.
+	r, _ = parse(strings.NewReader(runs + "BenchmarkS-2 1 0 ns/op 170 agent-MiB 150 poller-MiB\n"))
+	if _, _, err := render(r); err == nil || !strings.Contains(err.Error(), "4 samples of agent-MiB but 3 of idle-MiB") {
+		t.Errorf("an unpaired sample: %v", err)
 	}
 }
 
