@@ -186,7 +186,7 @@ func TestAPIRequestsReloadRollout(t *testing.T) {
 	env := agentEnvWith(t, ns, []string{"examples/rbac/reload-rollout.yaml"})
 	// The old pod (no kubelet makes the new one ready) stays, and its
 	// agent with it.
-	deps := mkSurgeDeployment(t, ns, "glance-api", "kolla/glance-api:v1")
+	deps := mkSurgeDeployment(t, ns, "glance-api", "kolla/glance-api:v1", 1)
 	var pod, rs string
 	eventually(t, "the pod", func() bool {
 		l, err := client().CoreV1().Pods(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: "app=glance-api"})

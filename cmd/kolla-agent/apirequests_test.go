@@ -18,9 +18,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	typedappsv1 "k8s.io/client-go/kubernetes/typed/apps/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
@@ -182,7 +179,7 @@ func requestLines(reqs []testenv.AuditRequest, start time.Time) string {
 	return strings.Join(lines, "\n")
 }
 
-func auditOf(t *testing.T, ns string, since time.Time) []testenv.AuditRequest {
+func auditOf(t testing.TB, ns string, since time.Time) []testenv.AuditRequest {
 	t.Helper()
 	reqs, err := s.env.Requests("system:serviceaccount:"+ns+":kolla-agent", since)
 	if err != nil {
@@ -360,7 +357,7 @@ func TestAPIRequestsRolloutGate(t *testing.T) {
 	ns := namespace(t)
 	env := agentEnvWith(t, ns, []string{"examples/rbac/bootstrap-create.yaml", "examples/rbac/bootstrap-rollout.yaml"})
 	// The new pod comes first; the old one goes once it is ready.
-	deps := mkSurgeDeployment(t, ns, "heat-api", "kolla/heat-api:v1")
+	deps := mkSurgeDeployment(t, ns, "heat-api", "kolla/heat-api:v1", 1)
 	// podOf waits for the pod of image and returns it with its ReplicaSet.
 	podOf := func(image string) (pod, rs string) {
 		t.Helper()
@@ -874,31 +871,4 @@ func TestAPIRequestsSharedJobs(t *testing.T) {
 			t.Errorf("%d refused requests, want the namespace's one LIST", refused)
 		}
 	})
-}
-
-// mkSurgeDeployment creates a Deployment of one replica named name (label
-// app=name) that rolls out by surge: the new pod comes first and the old
-// one goes only once the new one is ready. It returns the namespace's
-// Deployments client.
-func mkSurgeDeployment(t *testing.T, ns, name, image string) typedappsv1.DeploymentInterface {
-	t.Helper()
-	labels := map[string]string{"app": name}
-	deps := client().AppsV1().Deployments(ns)
-	if _, err := deps.Create(ctxT(t), &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
-				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-			}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: image}}},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return deps
 }

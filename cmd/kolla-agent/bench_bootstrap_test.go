@@ -128,26 +128,15 @@ func benchColdStart(b *testing.B, n int, wait time.Duration) {
 // jobWatchesOpen waits until the audit log holds n open WATCHes of ns's
 // Jobs by its agents.
 func jobWatchesOpen(b *testing.B, ns string, since time.Time, n int) {
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		reqs, err := s.env.Requests("system:serviceaccount:"+ns+":kolla-agent", since)
-		if err != nil {
-			b.Fatal(err)
-		}
+	eventually(b, fmt.Sprintf("%d open Job WATCHes in the audit log", n), func() bool {
 		open := 0
-		for _, r := range reqs {
+		for _, r := range auditOf(b, ns, since) {
 			if r.Verb == "watch" && strings.Contains(r.RequestURI, "/jobs") && !r.Complete {
 				open++
 			}
 		}
-		if open >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d Job WATCHes open in the audit log after 2m:\n%s", open, n, requestLines(reqs, since))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return open >= n
+	})
 }
 
 // pollJob is one kubernetes-entrypoint pod: GET the Job every 2 s until it

@@ -11,11 +11,8 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 
 	"github.com/kolla-agent/kolla-agent/bootstrap"
 	"github.com/kolla-agent/kolla-agent/internal/testenv"
@@ -518,25 +515,7 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 	ns := namespace(t)
 	env := agentEnvWith(t, ns, []string{"examples/rbac/bootstrap-create.yaml", "examples/rbac/bootstrap-rollout.yaml"})
 	kube := s.env.Kubelet()
-	deps := client().AppsV1().Deployments(ns)
-	labels := map[string]string{"app": "keystone-api"}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "keystone-api"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](2),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
-				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-			}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "keystone", Image: "kolla/keystone:v1"}}},
-			},
-		},
-	}
-	if _, err := deps.Create(ctxT(t), d, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deps := mkSurgeDeployment(t, ns, "keystone-api", "kolla/keystone:v1", 2)
 	// The old version: two pods that the stand-in reports ready.
 	ready := map[string]bool{}
 	podsOf := func(image string) []corev1.Pod {

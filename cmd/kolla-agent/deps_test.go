@@ -15,8 +15,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	typedappsv1 "k8s.io/client-go/kubernetes/typed/apps/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -394,4 +396,31 @@ spec:
 		t.Fatal(err)
 	}
 	return dyn, schema.GroupVersionResource{Group: group, Version: "v1", Resource: plural}
+}
+
+// mkSurgeDeployment creates a Deployment named name (label app=name, one
+// container of that name) that rolls out by surge: a new pod comes first
+// and an old one goes only once the new one is ready. It returns the
+// namespace's Deployments client.
+func mkSurgeDeployment(t testing.TB, ns, name, image string, replicas int32) typedappsv1.DeploymentInterface {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	deps := client().AppsV1().Deployments(ns)
+	if _, err := deps.Create(ctxT(t), &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: name, Image: image}}},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return deps
 }

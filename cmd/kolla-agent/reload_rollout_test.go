@@ -7,11 +7,7 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 
 	"github.com/kolla-agent/kolla-agent/internal/atomicwriter"
 )
@@ -25,24 +21,7 @@ import (
 func TestReloadRollout(t *testing.T) {
 	ns := namespace(t)
 	env := agentEnvWith(t, ns, []string{"examples/rbac/reload-rollout.yaml"})
-	labels := map[string]string{"app": "glance-api"}
-	deps := client().AppsV1().Deployments(ns)
-	if _, err := deps.Create(ctxT(t), &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "glance-api"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](3),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
-				MaxSurge: ptr.To(intstr.FromInt32(1)), MaxUnavailable: ptr.To(intstr.FromInt32(0)),
-			}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "glance-api", Image: "kolla/glance-api:v1"}}},
-			},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deps := mkSurgeDeployment(t, ns, "glance-api", "kolla/glance-api:v1", 3)
 	var pods []string
 	eventually(t, "three pods", func() bool {
 		l, err := client().CoreV1().Pods(ns).List(ctxT(t), metav1.ListOptions{LabelSelector: "app=glance-api"})

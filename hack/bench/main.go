@@ -396,33 +396,28 @@ func render(r *results) (table, headlines string, err error) {
 		orUnknown(shortCommit(r.commit)), orUnknown(r.config["cpu"]), orUnknown(r.config["cores"]), orUnknown(r.config["goos"]), orUnknown(r.config["goarch"]), orUnknown(r.config["go"]))
 	b.WriteString("| duty | figure | kolla-agent | baseline, same run | ratio | target | quoted, not measured here | samples: kolla-agent's range |\n|---|---|---|---|---|---|---|---|\n")
 	// sampled is a metric's samples, each less its own run's f.Minus.
-	sampled := func(f figure, bench, unit string) ([]float64, float64, error) {
+	sampled := func(f figure, bench, unit string) ([]float64, error) {
 		if _, ok := use(bench, unit); !ok {
-			return nil, 0, fmt.Errorf("%s: no %s in this run", bench, unit)
+			return nil, fmt.Errorf("%s: no %s in this run", bench, unit)
 		}
 		if f.Minus == "" {
-			v, _ := r.median(bench, unit)
-			return r.samples[bench][unit], v, nil
+			return r.samples[bench][unit], nil
 		}
 		if _, ok := use(bench, f.Minus); !ok {
-			return nil, 0, fmt.Errorf("%s: no %s in this run", bench, f.Minus)
+			return nil, fmt.Errorf("%s: no %s in this run", bench, f.Minus)
 		}
 		if bench != f.Bench {
-			return nil, 0, fmt.Errorf("%s: %s is measured in %s, not beside its idle level %s", f.What, unit, bench, f.Minus)
+			return nil, fmt.Errorf("%s: %s is measured in %s, not beside its idle level %s", f.What, unit, bench, f.Minus)
 		}
-		vs, err := r.minusPaired(bench, unit, f.Minus)
-		if err != nil {
-			return nil, 0, err
-		}
-		v, _ := medianOf(vs)
-		return vs, v, nil
+		return r.minusPaired(bench, unit, f.Minus)
 	}
 	for _, f := range figures {
-		vs, ours, err := sampled(f, f.Bench, f.Ours)
+		vs, err := sampled(f, f.Bench, f.Ours)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("figure %q: %w", f.What, err))
 			continue
 		}
+		ours, _ := medianOf(vs)
 		// The idle level a benchmark's own /min and /max are shown less of:
 		// one run, one idle.
 		var minus float64
@@ -435,11 +430,12 @@ func render(r *results) (table, headlines string, err error) {
 			if f.BaseIn != "" {
 				in = f.BaseIn
 			}
-			_, base, err := sampled(f, in, f.Base)
+			bs, err := sampled(f, in, f.Base)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("baseline of %q: %w", f.What, err))
 				continue
 			}
+			base, _ := medianOf(bs)
 			baseCell = value(base, f) + ": " + f.BaseIs
 			ratio = ratioOf(ours, base)
 		}
