@@ -130,13 +130,17 @@ func (w *Waiter) Run(parent context.Context) error {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	ctx, turn := withTurn(ctx)
 
 	shares := w.share(ctx)
+	arrivals := w.arrivals(turn, shares)
 	var wg sync.WaitGroup
 	for i := range w.cfg.Dependencies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			ctx := withArrival(ctx, arrivals[i])
+			defer turn.arrived(arrivals[i]) // if it ended without asking
 			if err := w.waitOne(ctx, i, start, shares[i]); err != nil && errors.Is(err, ErrFailed) {
 				cancel(err) // a failed dependency ends the whole wait at once
 			}
@@ -196,6 +200,31 @@ func (w *Waiter) share(ctx context.Context) []*shared {
 		}
 		out[i] = shares[k]
 		out[i].plan(d.Name)
+	}
+	return out
+}
+
+// arrivals returns, by dependency, the arrival the wait's Job lookups wait
+// for at the start (turn.go): one for each lookup of a kind that goes
+// straight to its LIST and WATCH, Services, pods, containers, DaemonSets.
+// A shared watch makes its own (nil for its members); a custom resource,
+// whose CRD may be waited for first, and an exposure, whose watches take
+// no turn, make none.
+func (w *Waiter) arrivals(turn *watchTurn, shares []*shared) []*arrival {
+	out := make([]*arrival, len(w.cfg.Dependencies))
+	for i, d := range w.cfg.Dependencies {
+		switch d.Kind {
+		case KindService, KindPod, KindContainer, KindDaemonSet:
+		default:
+			continue
+		}
+		if sh := shares[i]; sh != nil {
+			if sh.lw.arrival == nil {
+				sh.lw.arrival = turn.expect()
+			}
+			continue
+		}
+		out[i] = turn.expect()
 	}
 	return out
 }

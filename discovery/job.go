@@ -26,13 +26,15 @@ func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observa
 		what = "jobs " + ns + "/" + sel.label
 	}
 	if sh != nil {
-		err := sh.join(ctx, d.Name, func(objs []any) (bool, error) { return settle(ctx, d, jobsObservation(objs, what), report) }, apiTrouble(report))
+		last := lastSeen{report: report}
+		err := sh.join(ctx, d.Name, func(objs []any) (bool, error) { return last.settle(ctx, d, jobsObservation(objs, what)) }, apiTrouble(report), last.waiting)
 		if !errors.Is(err, errOwnWatch) || ctx.Err() != nil {
 			return err
 		}
 		w.log.Info("the namespace's Jobs may not be listed; watching this one by name", "dependency", d.String())
 	}
 	lw := newListWatch(w.cfg.Kube.jobs(ns, nil), sel, apiTrouble(report))
+	lw.last = true
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return jobsObservation(objs, what)
 	})
@@ -44,7 +46,8 @@ func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observa
 // (from the watch's next request). A 403 on the first LIST (a Role that
 // names its Jobs) sends each back to its own watch by name.
 var jobsKind = sharedKind{
-	of: func(u *unstructured.Unstructured) string { return u.GetName() },
+	last: true,
+	of:   func(u *unstructured.Unstructured) string { return u.GetName() },
 	sel: func(keys []string) selector {
 		if len(keys) == 1 {
 			return byName(keys[0])

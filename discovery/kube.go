@@ -46,6 +46,11 @@ type listWatch struct {
 	c     lister
 	sel   func() selector
 	onErr func(op string, err error)
+	last  bool // a Job lookup: its wait's watch turn goes to it last (turn.go)
+	// arrival, if not nil, is made when the lookup first asks for the turn.
+	arrival *arrival
+	// waiting, if not nil, is told when the lookup waits for its turn.
+	waiting func()
 }
 
 func newListWatch(c lister, sel selector, onErr func(op string, err error)) *listWatch {
@@ -88,9 +93,35 @@ func apiTrouble(report func(Observation)) func(string, error) {
 // the whole current set after the list and after every change, until the
 // observation settles the wait (see watchSet).
 func (w *Waiter) watchUntil(ctx context.Context, d Dependency, report func(Observation), lw *listWatch, eval func([]any) Observation) error {
-	return watchSet(ctx, lw, w.sleep, func(objs []any) (bool, error) {
-		return settle(ctx, d, eval(objs), report)
+	last := lastSeen{report: report}
+	lw.waiting = last.waiting
+	if lw.arrival == nil {
+		lw.arrival = arrivalOf(ctx)
+	}
+	return watchSet(ctx, lw, turnOf(ctx), w.sleep, func(objs []any) (bool, error) {
+		return last.settle(ctx, d, eval(objs))
 	})
+}
+
+// lastSeen is a lookup's last observation, said again, marked as such,
+// while the lookup waits for its turn to watch (turn.go): what it reports
+// then is as of its LIST or last watch, not now.
+type lastSeen struct {
+	o      Observation
+	report func(Observation)
+}
+
+func (l *lastSeen) settle(ctx context.Context, d Dependency, o Observation) (bool, error) {
+	l.o = o
+	return settle(ctx, d, o, l.report)
+}
+
+func (l *lastSeen) waiting() {
+	if l.o.State == Waiting || l.o.State == Unhealthy {
+		o := l.o
+		o.Detail += " (as last listed; looked at again when the wait's one watch is free)"
+		l.report(o)
+	}
 }
 
 // apiRetry is the schedule of a watch's retries after API errors (the API
@@ -132,7 +163,22 @@ func (r *apiRetry) Step() time.Duration {
 // without its store, its watch-list attempt (which an etcd without
 // RequestWatchProgress cannot serve, at one failed request per dependency)
 // and its poll for the initial sync.
-func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, time.Duration) bool, onSet func([]any) (bool, error)) error {
+//
+// turn, when not nil, is the wait's one WATCH (turn.go): taken before the
+// first, given back when the set is done, when a refused watch turns to
+// polls, or (a Job lookup's) when another kind claims it, its watch
+// closing. A lookup that had to wait for the turn LISTs again when it
+// comes.
+func watchSet(ctx context.Context, lw *listWatch, turn *watchTurn, sleep func(context.Context, time.Duration) bool, onSet func([]any) (bool, error)) error {
+	var tk *ticket
+	held := false
+	wctx, yield := context.WithCancel(ctx) // the watch's, while the turn is held
+	defer func() {
+		yield()
+		if held {
+			turn.give(tk)
+		}
+	}()
 	b := newAPIRetry()
 	set := map[string]*unstructured.Unstructured{}
 	rv := ""            // "" : list first
@@ -175,8 +221,41 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 			}
 			rv = l.GetResourceVersion()
 		}
-		wi, err := lw.watch(ctx, rv)
+		if held && wctx.Err() != nil { // yielded to another kind
+			turn.give(tk)
+			held = false
+		}
+		if !held {
+			if lw.waiting != nil && !turn.free(!lw.last) {
+				lw.waiting()
+			}
+			yield()
+			wctx, yield = context.WithCancel(ctx)
+			var waited, ok bool
+			if tk, waited, ok = turn.take(ctx, !lw.last, lw.arrival, yield); !ok {
+				return ctx.Err()
+			}
+			held = true
+			if waited {
+				// What was listed is as old as the wait: list again
+				// rather than watch from it. The watch cache keeps a
+				// bounded window of changes (100 by default, grown to
+				// hold about 75 s of them; a db_sync's wait is longer)
+				// and none from before its API server's restart, so a
+				// WATCH from there would mostly be 410 Gone, a LIST
+				// and a WATCH: this is the LIST, and a WATCH if unmet.
+				rv = ""
+				continue
+			}
+		}
+		wi, err := lw.watch(wctx, rv)
+		if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+			continue // yielded while asking: ask for the turn again
+		}
 		if apierrors.IsForbidden(err) {
+			// Polls hold no watcher: the turn goes to another lookup.
+			turn.give(tk)
+			held = false
 			// The Role grants get and list, not watch (openstack-helm's
 			// entrypoint Role): poll, and try the WATCH again now and then
 			// from the last poll (see firstPolls).
@@ -206,13 +285,17 @@ func watchSet(ctx context.Context, lw *listWatch, sleep func(context.Context, ti
 			continue
 		}
 		polls = firstPolls // a later refusal is tried again as soon
-		next, done, err := follow(ctx, wi, set, rv, onSet, call)
+		next, done, err := follow(wctx, wi, set, rv, onSet, call)
 		wi.Stop()
 		if done {
 			return err
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if wctx.Err() != nil { // yielded: from here if the turn comes back at once
+			rv = next
+			continue
 		}
 		if err != nil {
 			lw.onErr("watch", err)

@@ -75,7 +75,7 @@ func (l *refusingLister) run(t *testing.T, sel selector, budget int) (waits int,
 		l.calls = append(l.calls, "wait")
 		return waits <= budget
 	}
-	err := watchSet(context.Background(), newListWatch(l, sel, func(string, error) {}), sleep, func(objs []any) (bool, error) {
+	err := watchSet(context.Background(), newListWatch(l, sel, func(string, error) {}), nil, sleep, func(objs []any) (bool, error) {
 		sets++
 		return len(objs) > 0, nil
 	})

@@ -87,7 +87,7 @@ func (k *Kube) Observe(ctx context.Context, gvr schema.GroupVersionResource, ns 
 	go func() {
 		defer close(out)
 		listed := false
-		watchSet(ctx, lw, sleepCtx, func(objs []any) (bool, error) {
+		watchSet(ctx, lw, nil, sleepCtx, func(objs []any) (bool, error) {
 			set := make([]*unstructured.Unstructured, 0, len(objs))
 			for _, o := range objs {
 				if u, ok := o.(*unstructured.Unstructured); ok {

@@ -13,10 +13,11 @@ import (
 // Endpoints object of the same name. sh, when not nil, is the wait's shared
 // EndpointSlice watch of the namespace, which the Service joins.
 func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Observation), sh *shared) error {
-	eval := func(objs []any) (bool, error) { return settle(ctx, d, slicesObservation(objs), report) }
+	last := lastSeen{report: report}
+	eval := func(objs []any) (bool, error) { return last.settle(ctx, d, slicesObservation(objs)) }
 	var err error
 	if sh != nil {
-		err = sh.join(ctx, d.Name, eval, apiTrouble(report))
+		err = sh.join(ctx, d.Name, eval, apiTrouble(report), last.waiting)
 	} else {
 		err = w.waitSlices(ctx, d, report, eval)
 	}
@@ -33,7 +34,7 @@ func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Obse
 func (w *Waiter) waitSlices(ctx context.Context, d Dependency, report func(Observation), eval func([]any) (bool, error)) error {
 	sh := newShared(ctx, w.cfg.Kube.in(endpointSlicesGVR, w.namespace(d)), endpointSlicesKind, w.sleep)
 	sh.plan(d.Name)
-	return sh.join(ctx, d.Name, eval, apiTrouble(report))
+	return sh.join(ctx, d.Name, eval, apiTrouble(report), nil)
 }
 
 func slicesObservation(objs []any) Observation {

@@ -45,6 +45,8 @@ type shared struct {
 
 // sharedKind is what a shared watch of one resource needs to know.
 type sharedKind struct {
+	// last: its watch takes the wait's turn after other kinds' (turn.go).
+	last bool
 	// of is the member an object belongs to ("" : none).
 	of func(*unstructured.Unstructured) string
 	// sel selects the objects of the members with these keys (sorted, at
@@ -61,6 +63,7 @@ type member struct {
 	joined  bool
 	onSet   func(objs []any) (bool, error) // its objects: the wait's eval and settle
 	trouble func(op string, err error)
+	waiting func()     // the watch waits for its turn
 	done    chan error // its result, sent once
 	told    bool       // onSet has seen its objects
 	seen    string     // their keys and resourceVersions then (versions)
@@ -101,7 +104,7 @@ const serviceNameLabel = "kubernetes.io/service-name"
 
 func newShared(parent context.Context, c lister, kind sharedKind, sleep func(context.Context, time.Duration) bool) *shared {
 	s := &shared{kind: kind, parent: parent, sleep: sleep}
-	s.lw = &listWatch{c: c, sel: s.selector, onErr: s.onErr}
+	s.lw = &listWatch{c: c, sel: s.selector, onErr: s.onErr, last: kind.last, waiting: s.turnWait}
 	return s
 }
 
@@ -118,7 +121,10 @@ func (s *shared) plan(key string) {
 // after the LIST and then after each change to them, until it is done, ctx
 // ends (the member leaves; the others go on), or the watch ends for all.
 // The last to join starts the watch.
-func (s *shared) join(ctx context.Context, key string, onSet func([]any) (bool, error), trouble func(string, error)) error {
+//
+// waiting, if not nil, is told when the watch waits for its turn (turn.go)
+// while the member is not met yet.
+func (s *shared) join(ctx context.Context, key string, onSet func([]any) (bool, error), trouble func(string, error), waiting func()) error {
 	s.mu.Lock()
 	i := slices.IndexFunc(s.members, func(m *member) bool { return m.key == key && !m.joined })
 	if i < 0 {
@@ -126,7 +132,7 @@ func (s *shared) join(ctx context.Context, key string, onSet func([]any) (bool, 
 		return fmt.Errorf("%s joins a shared watch it was not planned in", key) // a bug, not an outage
 	}
 	m := s.members[i]
-	m.onSet, m.trouble, m.joined = onSet, trouble, true
+	m.onSet, m.trouble, m.waiting, m.joined = onSet, trouble, waiting, true
 	s.waiting--
 	var wctx context.Context
 	if s.waiting == 0 {
@@ -142,7 +148,8 @@ func (s *shared) join(ctx context.Context, key string, onSet func([]any) (bool, 
 }
 
 func (s *shared) run(ctx context.Context) {
-	err := watchSet(ctx, s.lw, s.sleep, s.onSet)
+	err := watchSet(ctx, s.lw, turnOf(ctx), s.sleep, s.onSet)
+	turnOf(ctx).arrived(s.lw.arrival) // if it ended without asking
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cancel()
@@ -193,6 +200,15 @@ func (s *shared) leave(m *member, err error) {
 	m.done <- err
 	if len(s.members) == 0 && s.cancel != nil {
 		s.cancel()
+	}
+}
+
+// turnWait tells the members left that the watch waits for its turn.
+func (s *shared) turnWait() {
+	for _, m := range s.current() {
+		if m.waiting != nil {
+			m.waiting()
+		}
 	}
 }
 

@@ -110,7 +110,7 @@ func startShared(t *testing.T, l lister, keys ...string) *sharedRun {
 					}
 				}
 				return slicesObservation(objs).State == Ready, nil
-			}, func(string, error) {})
+			}, func(string, error) {}, nil)
 		}()
 	}
 	return r
@@ -259,7 +259,7 @@ func TestSharedSameServiceTwice(t *testing.T) {
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() {
-			errs <- sh.join(t.Context(), "mariadb", func(objs []any) (bool, error) { return len(objs) == 1, nil }, func(string, error) {})
+			errs <- sh.join(t.Context(), "mariadb", func(objs []any) (bool, error) { return len(objs) == 1, nil }, func(string, error) {}, nil)
 		}()
 	}
 	for range 2 {

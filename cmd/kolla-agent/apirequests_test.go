@@ -27,11 +27,13 @@ import (
 // times): never more requests than kubernetes-entrypoint, which GETs each
 // dependency once when it is met and every 2 s while it is not.
 
-// API cost, from the API server's audit log: at start exactly one LIST and
-// one WATCH (from the list's resourceVersion) per collection: the
-// Services' EndpointSlices are one (service-name in (a,b)), the Jobs named
-// in the namespace another (its Jobs, in table form); then nothing while
-// it waits.
+// API cost, from the API server's audit log: at start exactly one LIST per
+// collection: the Services' EndpointSlices are one (service-name in
+// (a,b)), the Jobs named in the namespace another (its Jobs, in table
+// form); then one WATCH, the Services', from its list's resourceVersion,
+// and nothing while it waits. Once the Services are ready, the Jobs are
+// listed again and watched from that LIST; once they are complete, the
+// agent exits.
 //
 // The same on every etcd. The agent's own list-then-watch
 // (discovery/kube.go) never asks for a watch-list (sendInitialEvents), the
@@ -64,10 +66,49 @@ func TestAPIRequestsWhileWaiting(t *testing.T) {
 	// too many for the exact count.
 	reqs := auditOf(t, ns, start)
 	t.Logf("%d requests to sync %d dependencies and wait %v", len(reqs), len(deps), time.Since(start).Round(time.Second))
-	wantOnePerCollection(t, reqs, start, []string{
+	colls := []string{
 		slicesOf(ns, "kubernetes.io/service-name in (mariadb,memcached)"),
 		"/apis/batch/v1/namespaces/" + ns + "/jobs?&",
-	}, "list", "watch")
+	}
+	var lists, watches []testenv.AuditRequest
+	for _, r := range reqs {
+		if r.Verb == "watch" {
+			watches = append(watches, r)
+		} else {
+			lists = append(lists, r)
+		}
+	}
+	wantOnePerCollection(t, lists, start, colls, "list")
+	if len(watches) != 1 {
+		t.Fatalf("%d WATCHes while both collections' dependencies wait, want 1:\n%s", len(watches), requestLines(reqs, start))
+	}
+	// The one WATCH is the Services': the Jobs a pod waits for need its
+	// Services and are met after them, so they are watched last
+	// (discovery/turn.go).
+	wantOnePerCollection(t, watches, start, colls[:1], "watch")
+	met := time.Now()
+	for i, svc := range []string{"mariadb", "memcached"} {
+		mkPod(t, ns, svc+"-0", map[string]string{"app": svc})
+		setReady(t, ns, svc+"-0", fmt.Sprintf("10.10.8.%d", i+1), true)
+	}
+	// The turn is then the Jobs': they LIST again (what they listed is as
+	// old as the wait) and, still unmet, WATCH from that LIST.
+	wantOnePerCollection(t, settledRequests(t, ns, met, 2), met, colls[1:], "list", "watch")
+	for _, j := range []string{"keystone-db-sync", "keystone-fernet-setup", "keystone-credential-setup"} {
+		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.wantExit(0)
+	reqs = settledRequests(t, ns, start, 5)
+	if len(reqs) != 5 {
+		t.Errorf("%d requests in all, want 5 (a LIST each, the Services' WATCH, the Jobs' LIST and WATCH):\n%s", len(reqs), requestLines(reqs, start))
+	}
+	for _, r := range reqs {
+		if r.Verb == "watch" && !strings.Contains(r.RequestURI, "resourceVersion=") {
+			t.Errorf("a WATCH not from a LIST's resourceVersion: %s", r.RequestURI)
+		}
+	}
 	// Jobs are read in the API server's Table form, rows without the
 	// objects: a few hundred bytes a Job, not its 6-8 KB.
 	for _, r := range reqs {

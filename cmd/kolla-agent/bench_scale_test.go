@@ -11,7 +11,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -280,8 +279,8 @@ func runScale(b *testing.B, k scaleKnobs) {
 	afterRestart := count(agentUsers, resumedBy, lastExit.Add(time.Second))
 	agentLife.add(afterRestart)
 	agentResume := count(agentUsers, killAt, resumedBy)
-	resumeBusiest, resumeMedian, resumeLast, resumed := scaleResumes(reqs, agentUsers, killAt)
-	if perAgent := 2; resumed != n*perAgent { // the Services share one watch, the Jobs another
+	resumeBusiest, resumeMedian, resumeLast, resumed := scaleResumes(reqs, agentUsers, killAt, resumedBy)
+	if perAgent := 1; resumed != n*perAgent { // one watch at a time per wait (discovery/turn.go)
 		b.Fatalf("%d of %d agents' %d watches resumed after the API server's restart", resumed, n, n*perAgent)
 	}
 	agentRestartReqs := count(agentUsers, restartStart, restartLast.Add(time.Second))
@@ -302,8 +301,11 @@ func runScale(b *testing.B, k scaleKnobs) {
 	kib := func(x float64) float64 { return x / 1024 }
 	mibf := func(x float64) float64 { return x / (1 << 20) }
 
-	heapPerWatch := (agentWait.med.heap - idle.med.heap) / max(watches, 1)
-	rssPerWatch := (agentWait.med.apiRSS - idle.med.apiRSS) / max(watches, 1)
+	// Per waiting pod, not per watch: the level above idle holds each
+	// agent's connection (TLS, HTTP/2, its token's authentication) as well
+	// as its watch, and the idle window has neither.
+	heapPerPod := (agentWait.med.heap - idle.med.heap) / fn
+	rssPerPod := (agentWait.med.apiRSS - idle.med.apiRSS) / fn
 	slices.Sort(exits)
 	aboveIdle := func(w scaleResult) string {
 		return fmt.Sprintf("apiserver %.2f s, etcd %.2f s", w.apiCPU-idle.apiCPU/idle.secs*w.secs, w.etcdCPU-idle.etcdCPU/idle.secs*w.secs)
@@ -315,10 +317,10 @@ func runScale(b *testing.B, k scaleKnobs) {
 	b.Logf("WAITING %.0f s, requests: agents %d = %.3f per pod-minute %s (in the long run, with their watches' renewals: %.3f) | kubernetes-entrypoint %d = %.1f per pod-minute %s. The agents' one-time sync before: %.2f per agent %s; start to exit: %.2f per agent %s",
 		agentWait.secs, agentWaitReqs.total, perPodMin(agentWaitReqs, agentWait), agentWaitReqs, longRun, baseWaitReqs.total, perPodMin(baseWaitReqs, baseWait), baseWaitReqs,
 		float64(agentSync.total)/fn, agentSync, float64(agentLife.total)/fn, agentLife)
-	b.Logf("WATCHES open (apiserver_longrunning_requests, verb WATCH): idle %.0f, kubernetes-entrypoint waiting %.0f, agents waiting %.0f (+%.0f, %.2f per agent); etcd's own watchers: idle %.0f, agents waiting %.0f. apiserver memory, agents waiting - idle (medians): heap in use %+.1f MiB, VmRSS %+.1f MiB, goroutines %+.0f: per watch %.1f KiB heap, %.1f KiB RSS, %.2f goroutines; kubernetes-entrypoint waiting - idle: heap %+.1f MiB, VmRSS %+.1f MiB, goroutines %+.0f",
+	b.Logf("WATCHES open (apiserver_longrunning_requests, verb WATCH): idle %.0f, kubernetes-entrypoint waiting %.0f, agents waiting %.0f (+%.0f, %.2f per agent); etcd's own watchers: idle %.0f, agents waiting %.0f. apiserver memory, agents waiting - idle (medians): heap in use %+.1f MiB, VmRSS %+.1f MiB, goroutines %+.0f: per waiting pod (its connection and its watches) %.1f KiB heap, %.1f KiB RSS, %.2f goroutines; kubernetes-entrypoint waiting - idle: heap %+.1f MiB, VmRSS %+.1f MiB, goroutines %+.0f",
 		idle.med.watches, baseWait.med.watches, agentWait.med.watches, watches, watches/fn, idle.med.etcdWatchers, agentWait.med.etcdWatchers,
 		mibf(agentWait.med.heap-idle.med.heap), mibf(agentWait.med.apiRSS-idle.med.apiRSS), agentWait.med.goroutines-idle.med.goroutines,
-		kib(heapPerWatch), kib(rssPerWatch), (agentWait.med.goroutines-idle.med.goroutines)/max(watches, 1),
+		kib(heapPerPod), kib(rssPerPod), (agentWait.med.goroutines-idle.med.goroutines)/fn,
 		mibf(baseWait.med.heap-idle.med.heap), mibf(baseWait.med.apiRSS-idle.med.apiRSS), baseWait.med.goroutines-idle.med.goroutines)
 	b.Logf("CONTROL PLANE while waiting, idle | kubernetes-entrypoint | agents: %s | %s | %s. Above idle: kubernetes-entrypoint %s | agents %s. The load generator (this process) %.2f s CPU in the baseline's window; the %d agents %.2f s in theirs, VmRSS %.1f MiB each (anonymous %.1f)",
 		idle.brief(), baseWait.brief(), agentWait.brief(), aboveIdle(baseWait), aboveIdle(agentWait), baseWait.selfCPU, n, agentWait.agentsCPU, mibf(agentsRSS/fn), mibf(agentsAnon/fn))
@@ -353,7 +355,7 @@ func runScale(b *testing.B, k scaleKnobs) {
 	b.ReportMetric(mibf(baseWait.med.apiRSS), "entrypoint-waiting-apiserver-rss-MiB")
 	b.ReportMetric(mibf(max(idle.apiHWM, agentWait.apiHWM, baseWait.apiHWM)), "apiserver-hwm-MiB")
 	b.ReportMetric(mibf(max(idle.etcdHWM, agentWait.etcdHWM, baseWait.etcdHWM)), "etcd-hwm-MiB")
-	b.ReportMetric(kib(heapPerWatch), "apiserver-heap-KiB/watch")
+	b.ReportMetric(kib(heapPerPod), "apiserver-heap-KiB/pod")
 	b.ReportMetric(ms(lastExit.Sub(lastMet)), "agent-met-to-last-exit-ms")
 	b.ReportMetric(ms(baseLastExit.Sub(baseLastMet)), "entrypoint-met-to-last-exit-ms")
 	b.ReportMetric(float64(agentLife.total)/fn, "agent-req/pod-lifetime")
@@ -1338,24 +1340,21 @@ func (c *scaleCount) add(o scaleCount) {
 	}
 }
 
-// scaleResumes finds, for each watch of the users with the prefix (a user
-// and a selector), the first WATCH received after since that the API server
-// answered 200: when that watch was back. It returns how many came back in
-// the busiest second, when the median and the last came back after the
-// first, and how many came back.
-func scaleResumes(reqs []scaleReq, prefix string, since time.Time) (busiest int, median, last time.Duration, n int) {
+// scaleResumes finds, for each user with the prefix (an agent), the first
+// WATCH received between since and until that the API server answered
+// 200: when that agent's one watch was back (discovery/turn.go: which of
+// its lookups holds it can change while the server warms up, a refused
+// WATCH handing the turn on). It returns how many came back in the
+// busiest second, when the median and the last came back after the first,
+// and how many came back.
+func scaleResumes(reqs []scaleReq, prefix string, since, until time.Time) (busiest int, median, last time.Duration, n int) {
 	first := map[string]time.Time{}
 	for _, r := range reqs {
-		if !strings.HasPrefix(r.user, prefix) || r.verb != "watch" || r.code != http.StatusOK || r.at.Before(since) {
+		if !strings.HasPrefix(r.user, prefix) || r.verb != "watch" || r.code != http.StatusOK || r.at.Before(since) || r.at.After(until) {
 			continue
 		}
-		key := r.user + " " + r.resource
-		if u, err := url.Parse(r.uri); err == nil {
-			q := u.Query()
-			key += " " + q.Get("labelSelector") + " " + q.Get("fieldSelector")
-		}
-		if t, ok := first[key]; !ok || r.at.Before(t) {
-			first[key] = r.at
+		if t, ok := first[r.user]; !ok || r.at.Before(t) {
+			first[r.user] = r.at
 		}
 	}
 	if len(first) == 0 {

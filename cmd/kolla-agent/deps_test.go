@@ -231,13 +231,20 @@ func TestPodAndContainerDependencies(t *testing.T) {
 	a := startAgent(t, env, "wait", "pod:application=libvirt@samenode", "container:libvirt-exporter")
 	a.waitLog("no pod ready on node")
 	a.waitLog("container libvirt-exporter running, not ready")
+	// One lookup watches; the other waits for the wait's one watch and
+	// says that what it shows is as last listed (discovery/turn.go).
+	a.waitLog("looked at again when the wait's one watch is free")
 	setReady(t, ns, "libvirt-0", "10.10.2.1", true)
-	a.waitLog("pod libvirt-0 is ready")
 	a.running()
 	if err := s.env.Kubelet().SetContainerReady(ctxT(t), ns, "nova-compute-0", "libvirt-exporter", true); err != nil {
 		t.Fatal(err)
 	}
 	a.wantExit(0)
+	for _, want := range []string{"pod libvirt-0 is ready", "container libvirt-exporter is ready"} {
+		if !strings.Contains(a.out.String(), want) {
+			t.Errorf("the agent never said %q:\n%s", want, a.out.String())
+		}
+	}
 
 	// A container the pod does not have can never be ready: exit 2 at once.
 	b := startAgent(t, env, "wait", "--timeout", "10m", "container:nope")
