@@ -171,7 +171,9 @@ func TestTimeout(t *testing.T) {
 	a := startAgent(t, agentEnv(t, ns), "wait", "--timeout", "3s", "--termination-log", term, "job:never", "service:nobody")
 	a.wantExit(2)
 	msg, _ := os.ReadFile(term)
-	for _, want := range []string{"timed out", "job:never (waiting: no job " + ns + "/never)", "service:nobody (waiting: no EndpointSlices"} {
+	// The Service is watched; the Job, whose turn comes after it
+	// (discovery/turn.go), is said as last listed.
+	for _, want := range []string{"timed out", "job:never (waiting: no job " + ns + "/never (as last listed", "service:nobody (waiting: no EndpointSlices (no Service, or no selector))"} {
 		if !strings.Contains(string(msg), want) {
 			t.Errorf("termination message %q lacks %q", msg, want)
 		}
