@@ -53,9 +53,14 @@ import (
 // resolved (the sleep comes after that check too).
 //
 // Phases, one after the other so that the control plane's CPU can be told
-// apart: an idle window (the objects, no client); the baseline waiting; the
-// agents started (spread a little, as pods are) and, once every one has
-// logged all 5 dependencies waiting, the same window; then every
+// apart: an idle window (the objects, no client); the baseline waiting; a
+// second idle window; the agents started (spread a little, as pods are)
+// and, once every one has logged all 5 dependencies waiting, the same
+// window. Each side's idle and waiting windows run on a kube-apiserver
+// started afresh for them, and each side is measured above its own idle:
+// on one server the side measured second would carry the first side's
+// history (heap pages Go returns to the OS only slowly, caches it filled),
+// and its idle level would be the first side's leftovers. Then every
 // dependency is met (the agents' namespace, then the baseline's with its
 // pollers running again) and the time from the last dependency met to the
 // last exit is taken on each side; then N agents start again with
@@ -116,7 +121,6 @@ var scaleServices = []string{"mariadb", "memcached"}
 func runScale(b *testing.B, k scaleKnobs) {
 	n, window := k.n, k.window
 	ctx := context.Background()
-	plane := scalePlaneOf(b)
 	machine := fmt.Sprintf("%d CPUs, %s, kube-apiserver %s, %s", runtime.NumCPU(), runtime.Version(), scaleServerVersion(), s.env.Etcd)
 
 	// Objects: the keystone-api shape in two namespaces, none met.
@@ -137,9 +141,10 @@ func runScale(b *testing.B, k scaleKnobs) {
 	agentUsers := "system:serviceaccount:" + agentNS + ":"
 	baseUsers := "system:serviceaccount:" + baseNS + ":"
 
-	// 1. Idle: the control plane with the objects and no client.
-	time.Sleep(2 * time.Second)
-	idle := plane.measure(b, window, nil)
+	// 1. Idle: the control plane with the objects and no client, on a
+	// fresh API server.
+	plane := scaleFreshAPIServer(b)
+	baseIdle := plane.measure(b, window, nil)
 
 	// 2. The baseline waiting.
 	pctx, pcancel := context.WithCancel(ctx)
@@ -149,7 +154,10 @@ func runScale(b *testing.B, k scaleKnobs) {
 	pcancel()
 	pollers.wait()
 
-	// 3. The agents: start, sync, wait.
+	// 3. The agents: start, sync, wait; their own idle window before, on
+	// an API server of their own.
+	plane = scaleFreshAPIServer(b)
+	idle := plane.measure(b, window, nil)
 	cfg := filepath.Join(b.TempDir(), "agent.yaml")
 	deps := keystoneArgs()
 	body := fmt.Sprintf("namespace: %s\ndependencies:\n  timeout: 30m\n  wait:\n", agentNS)
@@ -307,7 +315,7 @@ func runScale(b *testing.B, k scaleKnobs) {
 	heapPerPod := (agentWait.med.heap - idle.med.heap) / fn
 	rssPerPod := (agentWait.med.apiRSS - idle.med.apiRSS) / fn
 	slices.Sort(exits)
-	aboveIdle := func(w scaleResult) string {
+	aboveIdle := func(w, idle scaleResult) string {
 		return fmt.Sprintf("apiserver %.2f s, etcd %.2f s", w.apiCPU-idle.apiCPU/idle.secs*w.secs, w.etcdCPU-idle.etcdCPU/idle.secs*w.secs)
 	}
 	// At most 9 lines: the testing package trims a benchmark's log after 10.
@@ -317,19 +325,22 @@ func runScale(b *testing.B, k scaleKnobs) {
 	b.Logf("WAITING %.0f s, requests: agents %d = %.3f per pod-minute %s (in the long run, with their watches' renewals: %.3f) | kubernetes-entrypoint %d = %.1f per pod-minute %s. The agents' one-time sync before: %.2f per agent %s; start to exit: %.2f per agent %s",
 		agentWait.secs, agentWaitReqs.total, perPodMin(agentWaitReqs, agentWait), agentWaitReqs, longRun, baseWaitReqs.total, perPodMin(baseWaitReqs, baseWait), baseWaitReqs,
 		float64(agentSync.total)/fn, agentSync, float64(agentLife.total)/fn, agentLife)
-	b.Logf("WATCHES open (apiserver_longrunning_requests, verb WATCH): idle %.0f, kubernetes-entrypoint waiting %.0f, agents waiting %.0f (+%.0f, %.2f per agent); etcd's own watchers: idle %.0f, agents waiting %.0f. apiserver memory, agents waiting - idle (medians): heap in use %+.1f MiB, VmRSS %+.1f MiB, goroutines %+.0f: per waiting pod (its connection and its watches) %.1f KiB heap, %.1f KiB RSS, %.2f goroutines; kubernetes-entrypoint waiting - idle: heap %+.1f MiB, VmRSS %+.1f MiB, goroutines %+.0f",
+	// What each side's fresh API server holds above its own idle window.
+	above := func(w, idle scaleResult) string {
+		return fmt.Sprintf("heap in use %+.1f MiB, VmRSS %+.1f MiB (less the free heap Go has not returned to the OS: %+.1f), goroutines %+.0f",
+			mibf(w.med.heap-idle.med.heap), mibf(w.med.apiRSS-idle.med.apiRSS), mibf(w.med.apiRSS-w.med.free-(idle.med.apiRSS-idle.med.free)), w.med.goroutines-idle.med.goroutines)
+	}
+	b.Logf("WATCHES open (apiserver_longrunning_requests, verb WATCH): idle %.0f, kubernetes-entrypoint waiting %.0f, agents waiting %.0f (+%.0f, %.2f per agent); etcd's own watchers: idle %.0f, agents waiting %.0f. apiserver memory, each side above its own fresh server's idle (medians): agents %s; per waiting pod (its connection and its watches) %.1f KiB heap, %.1f KiB RSS, %.2f goroutines | kubernetes-entrypoint %s",
 		idle.med.watches, baseWait.med.watches, agentWait.med.watches, watches, watches/fn, idle.med.etcdWatchers, agentWait.med.etcdWatchers,
-		mibf(agentWait.med.heap-idle.med.heap), mibf(agentWait.med.apiRSS-idle.med.apiRSS), agentWait.med.goroutines-idle.med.goroutines,
-		kib(heapPerPod), kib(rssPerPod), (agentWait.med.goroutines-idle.med.goroutines)/fn,
-		mibf(baseWait.med.heap-idle.med.heap), mibf(baseWait.med.apiRSS-idle.med.apiRSS), baseWait.med.goroutines-idle.med.goroutines)
-	b.Logf("CONTROL PLANE while waiting, idle | kubernetes-entrypoint | agents: %s | %s | %s. Above idle: kubernetes-entrypoint %s | agents %s. The load generator (this process) %.2f s CPU in the baseline's window; the %d agents %.2f s in theirs, VmRSS %.1f MiB each (anonymous %.1f)",
-		idle.brief(), baseWait.brief(), agentWait.brief(), aboveIdle(baseWait), aboveIdle(agentWait), baseWait.selfCPU, n, agentWait.agentsCPU, mibf(agentsRSS/fn), mibf(agentsAnon/fn))
+		above(agentWait, idle), kib(heapPerPod), kib(rssPerPod), (agentWait.med.goroutines-idle.med.goroutines)/fn, above(baseWait, baseIdle))
+	b.Logf("CONTROL PLANE while waiting, idle (baseline's | agents') | kubernetes-entrypoint | agents: %s | %s | %s | %s. Above idle: kubernetes-entrypoint %s | agents %s. The load generator (this process) %.2f s CPU in the baseline's window; the %d agents %.2f s in theirs, VmRSS %.1f MiB each (anonymous %.1f)",
+		baseIdle.brief(), idle.brief(), baseWait.brief(), agentWait.brief(), aboveIdle(baseWait, baseIdle), aboveIdle(agentWait, idle), baseWait.selfCPU, n, agentWait.agentsCPU, mibf(agentsRSS/fn), mibf(agentsAnon/fn))
 	b.Logf("MET -> EXIT, last dependency met to last exit: agents %v (median agent %v) | kubernetes-entrypoint %v (its last resolving check %v after the last met, then its 2 s sleep)",
 		lastExit.Sub(lastMet).Round(time.Millisecond), exits[len(exits)/2].Round(time.Millisecond),
 		baseLastExit.Sub(baseLastMet).Round(time.Millisecond), baseLastSeen.Sub(baseLastMet).Round(time.Millisecond))
 	b.Logf("MASS RESTART, everything met: agents %.2f requests per start %s, last exit %v after the first start; %s; above idle %s | kubernetes-entrypoint %.2f per start %s, last exit %v after the first start; %s; above idle %s",
-		float64(agentRestartReqs.total)/fn, agentRestartReqs, restartLast.Sub(restartStart).Round(time.Millisecond), agentRestart.brief(), aboveIdle(agentRestart),
-		float64(baseRestartReqs.total)/fn, baseRestartReqs, baseRestartLast.Sub(baseRestartStart).Round(time.Millisecond), baseRestart.brief(), aboveIdle(baseRestart))
+		float64(agentRestartReqs.total)/fn, agentRestartReqs, restartLast.Sub(restartStart).Round(time.Millisecond), agentRestart.brief(), aboveIdle(agentRestart, idle),
+		float64(baseRestartReqs.total)/fn, baseRestartReqs, baseRestartLast.Sub(baseRestartStart).Round(time.Millisecond), baseRestart.brief(), aboveIdle(baseRestart, idle))
 
 	b.Logf("API SERVER RESTART under the waiting agents (killed, started again 5 s later): busiest second %d of the %d watches back (%.0f%%); the median watch back %v after the first, the last %v after it; %.2f requests per agent %s",
 		resumeBusiest, resumed, 100*float64(resumeBusiest)/float64(resumed), resumeMedian.Round(time.Millisecond), resumeLast.Round(time.Millisecond), float64(agentResume.total)/fn, agentResume)
@@ -345,16 +356,19 @@ func runScale(b *testing.B, k scaleKnobs) {
 	b.ReportMetric(float64(agentSync.total)/fn, "agent-sync-req/pod")
 	b.ReportMetric(watches, "agent-watches")
 	b.ReportMetric(idle.apiCPU, "idle-apiserver-cpu-s")
+	b.ReportMetric(baseIdle.apiCPU, "entrypoint-idle-apiserver-cpu-s")
 	b.ReportMetric(agentWait.apiCPU, "agent-waiting-apiserver-cpu-s")
 	b.ReportMetric(baseWait.apiCPU, "entrypoint-waiting-apiserver-cpu-s")
 	b.ReportMetric(idle.etcdCPU, "idle-etcd-cpu-s")
+	b.ReportMetric(baseIdle.etcdCPU, "entrypoint-idle-etcd-cpu-s")
 	b.ReportMetric(agentWait.etcdCPU, "agent-waiting-etcd-cpu-s")
 	b.ReportMetric(baseWait.etcdCPU, "entrypoint-waiting-etcd-cpu-s")
 	b.ReportMetric(mibf(idle.med.apiRSS), "idle-apiserver-rss-MiB")
+	b.ReportMetric(mibf(baseIdle.med.apiRSS), "entrypoint-idle-apiserver-rss-MiB")
 	b.ReportMetric(mibf(agentWait.med.apiRSS), "agent-waiting-apiserver-rss-MiB")
 	b.ReportMetric(mibf(baseWait.med.apiRSS), "entrypoint-waiting-apiserver-rss-MiB")
-	b.ReportMetric(mibf(max(idle.apiHWM, agentWait.apiHWM, baseWait.apiHWM)), "apiserver-hwm-MiB")
-	b.ReportMetric(mibf(max(idle.etcdHWM, agentWait.etcdHWM, baseWait.etcdHWM)), "etcd-hwm-MiB")
+	b.ReportMetric(mibf(max(baseIdle.apiHWM, idle.apiHWM, agentWait.apiHWM, baseWait.apiHWM)), "apiserver-hwm-MiB")
+	b.ReportMetric(mibf(max(baseIdle.etcdHWM, idle.etcdHWM, agentWait.etcdHWM, baseWait.etcdHWM)), "etcd-hwm-MiB")
 	b.ReportMetric(kib(heapPerPod), "apiserver-heap-KiB/pod")
 	b.ReportMetric(ms(lastExit.Sub(lastMet)), "agent-met-to-last-exit-ms")
 	b.ReportMetric(ms(baseLastExit.Sub(baseLastMet)), "entrypoint-met-to-last-exit-ms")
@@ -369,6 +383,21 @@ func runScale(b *testing.B, k scaleKnobs) {
 	b.ReportMetric(baseRestart.apiCPU, "entrypoint-restart-apiserver-cpu-s")
 	b.ReportMetric(restartLast.Sub(restartStart).Seconds(), "agent-restart-last-exit-s")
 	b.ReportMetric(baseRestartLast.Sub(baseRestartStart).Seconds(), "entrypoint-restart-last-exit-s")
+}
+
+// scaleFreshAPIServer restarts kube-apiserver (and the controller manager
+// with it) so that a side's windows start from no other client's history,
+// and lets it settle: its first seconds fill the watch cache and the
+// controllers list everything.
+func scaleFreshAPIServer(b *testing.B) scalePlane {
+	if err := s.env.KillAPIServer(); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.env.StartAPIServer(); err != nil {
+		b.Fatal(err)
+	}
+	time.Sleep(10 * time.Second)
+	return scalePlaneOf(b)
 }
 
 // scaleAgentRole is the Role of examples/rbac/kolla-agent.yaml, as shipped.
@@ -939,6 +968,7 @@ func scalePlaneOf(b *testing.B) scalePlane {
 type scaleSample struct {
 	watches    float64 // apiserver_longrunning_requests{verb="WATCH"}, summed
 	heap       float64 // the API server's go_memstats_heap_inuse_bytes
+	free       float64 // its heap pages free but not yet returned to the OS (heap_idle - heap_released): in VmRSS, held by no object
 	goroutines float64
 	fds        float64
 	apiRSS     float64 // VmRSS, bytes
@@ -1058,6 +1088,7 @@ func (m *scaleMeter) end(b *testing.B) scaleResult {
 	r.med = scaleSample{
 		watches:      med(func(s scaleSample) float64 { return s.watches }),
 		heap:         med(func(s scaleSample) float64 { return s.heap }),
+		free:         med(func(s scaleSample) float64 { return s.free }),
 		goroutines:   med(func(s scaleSample) float64 { return s.goroutines }),
 		fds:          med(func(s scaleSample) float64 { return s.fds }),
 		apiRSS:       med(func(s scaleSample) float64 { return s.apiRSS }),
@@ -1088,6 +1119,9 @@ func (p scalePlane) sample() (scaleSample, error) {
 	text := string(raw)
 	sm.watches, _ = scaleMetric(text, "apiserver_longrunning_requests", `verb="WATCH"`)
 	sm.heap, _ = scaleMetric(text, "go_memstats_heap_inuse_bytes")
+	heapIdle, _ := scaleMetric(text, "go_memstats_heap_idle_bytes")
+	released, _ := scaleMetric(text, "go_memstats_heap_released_bytes")
+	sm.free = heapIdle - released
 	sm.goroutines, _ = scaleMetric(text, "go_goroutines")
 	sm.fds, _ = scaleMetric(text, "process_open_fds")
 	if p.etcdURL != "" {

@@ -395,24 +395,25 @@ func render(r *results) (table, headlines string, err error) {
 	fmt.Fprintf(&b, "Commit %s. Machine: %s, %s cores, %s/%s, %s. Each value is the median of the run's samples (`-count`; the last column says how many, and their range: a benchmark that takes its own repeated samples inside one run reports their median as one); the baseline is measured by the same benchmark in the same run; ratio = kolla-agent / baseline.\n\n",
 		orUnknown(shortCommit(r.commit)), orUnknown(r.config["cpu"]), orUnknown(r.config["cores"]), orUnknown(r.config["goos"]), orUnknown(r.config["goarch"]), orUnknown(r.config["go"]))
 	b.WriteString("| duty | figure | kolla-agent | baseline, same run | ratio | target | quoted, not measured here | samples: kolla-agent's range |\n|---|---|---|---|---|---|---|---|\n")
-	// sampled is a metric's samples, each less its own run's f.Minus.
-	sampled := func(f figure, bench, unit string) ([]float64, error) {
+	// sampled is a metric's samples, each less its own run's idle level
+	// minus, if any.
+	sampled := func(f figure, bench, unit, minus string) ([]float64, error) {
 		if _, ok := use(bench, unit); !ok {
 			return nil, fmt.Errorf("%s: no %s in this run", bench, unit)
 		}
-		if f.Minus == "" {
+		if minus == "" {
 			return r.samples[bench][unit], nil
 		}
-		if _, ok := use(bench, f.Minus); !ok {
-			return nil, fmt.Errorf("%s: no %s in this run", bench, f.Minus)
+		if _, ok := use(bench, minus); !ok {
+			return nil, fmt.Errorf("%s: no %s in this run", bench, minus)
 		}
 		if bench != f.Bench {
-			return nil, fmt.Errorf("%s: %s is measured in %s, not beside its idle level %s", f.What, unit, bench, f.Minus)
+			return nil, fmt.Errorf("%s: %s is measured in %s, not beside its idle level %s", f.What, unit, bench, minus)
 		}
-		return r.minusPaired(bench, unit, f.Minus)
+		return r.minusPaired(bench, unit, minus)
 	}
 	for _, f := range figures {
-		vs, err := sampled(f, f.Bench, f.Ours)
+		vs, err := sampled(f, f.Bench, f.Ours, f.Minus)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("figure %q: %w", f.What, err))
 			continue
@@ -430,7 +431,11 @@ func render(r *results) (table, headlines string, err error) {
 			if f.BaseIn != "" {
 				in = f.BaseIn
 			}
-			bs, err := sampled(f, in, f.Base)
+			baseMinus := f.Minus
+			if f.BaseMinus != "" {
+				baseMinus = f.BaseMinus
+			}
+			bs, err := sampled(f, in, f.Base, baseMinus)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("baseline of %q: %w", f.What, err))
 				continue

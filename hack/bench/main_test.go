@@ -147,6 +147,36 @@ BenchmarkS-2 1 0 ns/op 180 agent-MiB 90 idle-MiB 140 poller-MiB
 	}
 }
 
+// A baseline measured on its own fresh server is less its own idle level,
+// run by run, and the agent's less the agent's.
+func TestRenderBaseMinusPairsEachSide(t *testing.T) {
+	saved := figures
+	t.Cleanup(func() { figures = saved })
+	figures = []figure{{Area: "s", What: "rss", Bench: "BenchmarkS", Ours: "agent-MiB", Minus: "idle-MiB", Base: "poller-MiB", BaseMinus: "poller-idle-MiB", BaseIs: "the pollers", Unit: "MiB"}}
+	// Agent 100, 130, 90 (median 100); pollers 160-120, 90-10, 140-70: 40,
+	// 80, 70 (median 70). Less the agent's idle instead, they would read 60.
+	const runs = `BenchmarkS-2 1 0 ns/op 200 agent-MiB 100 idle-MiB 160 poller-MiB 120 poller-idle-MiB
+BenchmarkS-2 1 0 ns/op 150 agent-MiB 20 idle-MiB 90 poller-MiB 10 poller-idle-MiB
+BenchmarkS-2 1 0 ns/op 180 agent-MiB 90 idle-MiB 140 poller-MiB 70 poller-idle-MiB
+`
+	r, err := parse(strings.NewReader(runs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, _, err := render(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "| s | rss | **100 MiB** | 70 MiB: the pollers | 1.43x |  |  | 3: 90 MiB - 130 MiB |"; !strings.Contains(table, want) {
+		t.Errorf("no %q in\n%s", want, table)
+	}
+	// The baseline's idle level is reported, so it is shown, not unused.
+	r, _ = parse(strings.NewReader(strings.ReplaceAll(runs, " poller-idle-MiB", " other-MiB")))
+	if _, _, err := render(r); err == nil || !strings.Contains(err.Error(), "no poller-idle-MiB in this run") {
+		t.Errorf("a baseline without its idle level: %v", err)
+	}
+}
+
 func TestNumbers(t *testing.T) {
 	for v, want := range map[float64]string{0: "0", 0.0364: "0.0364", 1.94: "1.94", 22.8: "22.8", 447.4: "447", 1284.2: "1,284", 2_500_000: "2,500,000"} {
 		if got := num(v); got != want {
