@@ -51,7 +51,19 @@ type listWatch struct {
 	arrival *arrival
 	// waiting, if not nil, is told when the lookup waits for its turn.
 	waiting func()
+	// silence, if not 0, replaces watchSilence (tests).
+	silence time.Duration
 }
+
+// watchSilence is how long a watch may bring nothing, not even a bookmark,
+// before its connection is taken for lost and the watch started again from
+// its resourceVersion. kube-apiserver's watch cache sends a watcher that
+// asked for bookmarks one about every minute. The wait's HTTP/1.1
+// connection (client.go) has no HTTP/2 PING to find a peer that vanished
+// without a reset (a host lost behind a load balancer); TCP keepalive
+// would take minutes more. On a server without periodic bookmarks (its
+// watch cache off) a quiet watch is renewed this often instead.
+const watchSilence = 150 * time.Second
 
 func newListWatch(c lister, sel selector, onErr func(op string, err error)) *listWatch {
 	return &listWatch{c: c, sel: func() selector { return sel }, onErr: onErr}
@@ -226,13 +238,20 @@ func watchSet(ctx context.Context, lw *listWatch, turn *watchTurn, sleep func(co
 			held = false
 		}
 		if !held {
-			if lw.waiting != nil && !turn.free(!lw.last) {
-				lw.waiting()
+			park := func() {
+				if lw.waiting != nil {
+					lw.waiting()
+				}
+				// Its LIST's connection would sit idle until the turn
+				// comes; the holder's watch keeps its own.
+				if p, ok := lw.c.(interface{ parked() }); ok {
+					p.parked()
+				}
 			}
 			yield()
 			wctx, yield = context.WithCancel(ctx)
 			var waited, ok bool
-			if tk, waited, ok = turn.take(ctx, !lw.last, lw.arrival, yield); !ok {
+			if tk, waited, ok = turn.take(ctx, !lw.last, lw.arrival, yield, park); !ok {
 				return ctx.Err()
 			}
 			held = true
@@ -285,7 +304,11 @@ func watchSet(ctx context.Context, lw *listWatch, turn *watchTurn, sleep func(co
 			continue
 		}
 		polls = firstPolls // a later refusal is tried again as soon
-		next, done, err := follow(wctx, wi, set, rv, onSet, call)
+		silence := lw.silence
+		if silence == 0 {
+			silence = watchSilence
+		}
+		next, done, err := follow(wctx, wi, set, rv, silence, onSet, call)
 		wi.Stop()
 		if done {
 			return err
@@ -417,17 +440,23 @@ func sameSet(set map[string]*unstructured.Unstructured, items []unstructured.Uns
 }
 
 // follow applies a watch's events to set, calling onSet after each change,
-// until the watch ends or onSet is done. It returns the resourceVersion to
-// resume from ("" : re-list) and the error the watch ended with, if any.
-func follow(ctx context.Context, wi watch.Interface, set map[string]*unstructured.Unstructured, rv string, onSet func([]any) (bool, error), call func() []any) (string, bool, error) {
+// until the watch ends, brings nothing for silence, or onSet is done. It
+// returns the resourceVersion to resume from ("" : re-list) and the error
+// the watch ended with, if any.
+func follow(ctx context.Context, wi watch.Interface, set map[string]*unstructured.Unstructured, rv string, silence time.Duration, onSet func([]any) (bool, error), call func() []any) (string, bool, error) {
+	quiet := time.NewTimer(silence)
+	defer quiet.Stop()
 	for {
 		var ev watch.Event
 		var ok bool
 		select {
 		case <-ctx.Done():
 			return rv, false, nil
+		case <-quiet.C:
+			return rv, false, nil // the caller's Stop drops the connection
 		case ev, ok = <-wi.ResultChan():
 		}
+		quiet.Reset(silence)
 		if !ok {
 			return rv, false, nil
 		}
@@ -508,7 +537,7 @@ func (w *Waiter) waitPods(ctx context.Context, d Dependency, report func(Observa
 		sel.field = fields.OneTermEqualSelector("spec.nodeName", node).String()
 		where = " on node " + node
 	}
-	lw := newListWatch(w.cfg.Kube.in(podsGVR, ns), sel, apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.waitIn(podsGVR, ns), sel, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return podsObservation(podsOf(objs), where)
 	})
@@ -531,7 +560,7 @@ func podsObservation(pods []*pod, where string) Observation {
 // waitContainer: a named container of the agent's own pod is ready.
 func (w *Waiter) waitContainer(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.cfg.Namespace
-	lw := newListWatch(w.cfg.Kube.in(podsGVR, ns), byName(w.cfg.PodName), apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.waitIn(podsGVR, ns), byName(w.cfg.PodName), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		pods := podsOf(objs)
 		if len(pods) == 0 {

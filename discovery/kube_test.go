@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,5 +129,58 @@ func TestRefusedListIsTriedAgain(t *testing.T) {
 	}
 	if sets != 3 { // the first GET's empty set, the LIST's, the watch's object
 		t.Errorf("onSet called %d times, want 3", sets)
+	}
+}
+
+// silentLister's watches bring nothing: a connection lost without a reset.
+type silentLister struct {
+	refusingLister
+	mu      sync.Mutex
+	watches []string
+	stopped int
+}
+
+func (l *silentLister) Watch(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.watches = append(l.watches, o.ResourceVersion)
+	w := watch.NewFake()
+	go func() {
+		<-ctx.Done()
+		w.Stop()
+	}()
+	return stopCounter{w, func() { l.mu.Lock(); l.stopped++; l.mu.Unlock() }}, nil
+}
+
+type stopCounter struct {
+	watch.Interface
+	onStop func()
+}
+
+func (s stopCounter) Stop() { s.onStop(); s.Interface.Stop() }
+
+// A watch that brings nothing, not even a bookmark, for watchSilence is
+// dropped and started again from its resourceVersion, without a LIST:
+// the wait's HTTP/1.1 connection has no PING to find a vanished peer.
+func TestSilentWatchIsStartedAgain(t *testing.T) {
+	l := &silentLister{}
+	lw := newListWatch(l, selector{label: "a=b"}, func(string, error) {})
+	lw.silence = 20 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- watchSet(ctx, lw, nil, func(ctx context.Context, d time.Duration) bool { return ctx.Err() == nil }, func(objs []any) (bool, error) { return false, nil })
+	}()
+	eventually(t, "a third watch", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.watches) >= 3
+	})
+	cancel()
+	<-done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lists != 1 || l.watches[0] != "1" || l.watches[1] != "1" || l.stopped < 2 {
+		t.Errorf("%d LISTs, watches from %v, %d stopped: want 1 LIST, every watch from 1, each silent one stopped", l.lists, l.watches, l.stopped)
 	}
 }

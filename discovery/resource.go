@@ -52,7 +52,7 @@ func (w *Waiter) waitResource(ctx context.Context, d Dependency, report func(Obs
 		ns = w.namespace(d)
 		what = gvr.Resource + " " + ns + "/" + d.Name
 	}
-	lw := newListWatch(w.cfg.Kube.in(gvr, ns), byName(d.Name), apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.waitIn(gvr, ns), byName(d.Name), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		for _, o := range objs {
 			if u, ok := o.(*unstructured.Unstructured); ok {

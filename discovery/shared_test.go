@@ -25,6 +25,13 @@ type sliceLister struct {
 	listErr error
 	calls   []string
 	watches chan *watch.FakeWatcher
+	parks   int // times the lookup parked to wait for its turn
+}
+
+func (l *sliceLister) parked() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.parks++
 }
 
 func newSliceLister(items ...unstructured.Unstructured) *sliceLister {

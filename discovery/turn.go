@@ -114,11 +114,11 @@ func turnOf(ctx context.Context) *watchTurn {
 // whether it had to wait; nil if ctx ended first. A nil turn is always
 // granted at once (a nil ticket's give is a no-op). yield, while the ticket
 // holds the turn, ends its watch: the lookup then gives the turn back and
-// asks again.
+// asks again. park, if not nil, is called once the ticket must wait.
 //
 // Asking is a's arrival too, made in the same step so that the turn
 // cannot go to a Job lookup in between.
-func (t *watchTurn) take(ctx context.Context, first bool, a *arrival, yield func()) (tk *ticket, waited, ok bool) {
+func (t *watchTurn) take(ctx context.Context, first bool, a *arrival, yield, park func()) (tk *ticket, waited, ok bool) {
 	if t == nil {
 		return nil, false, true
 	}
@@ -135,6 +135,9 @@ func (t *watchTurn) take(ctx context.Context, first bool, a *arrival, yield func
 		t.holder.yield()
 	}
 	t.mu.Unlock()
+	if park != nil {
+		park()
+	}
 	select {
 	case <-tk.granted:
 		return tk, true, true
@@ -149,16 +152,6 @@ func (t *watchTurn) take(ctx context.Context, first bool, a *arrival, yield func
 		t.giveLocked(tk)
 		return nil, true, false
 	}
-}
-
-// free says whether take would grant the turn at once (nil: always).
-func (t *watchTurn) free(first bool) bool {
-	if t == nil {
-		return true
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.holder == nil && (first || t.early == 0)
 }
 
 // give hands the turn on (handOn).

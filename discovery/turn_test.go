@@ -53,6 +53,18 @@ func oneWatchAtATime(t *testing.T, metMeanwhile bool) {
 	if got := ls[second].requests(); strings.Contains(got, "WATCH") {
 		t.Fatalf("%s watches while %s does: %s", second, first, got)
 	}
+	// Waiting for the turn, it leaves no idle connection behind; the
+	// holder, which took the turn at once, closes none.
+	eventually(t, second+" parked", func() bool {
+		ls[second].mu.Lock()
+		defer ls[second].mu.Unlock()
+		return ls[second].parks > 0
+	})
+	ls[first].mu.Lock()
+	if ls[first].parks != 0 {
+		t.Errorf("%s parked %d times while holding the turn", first, ls[first].parks)
+	}
+	ls[first].mu.Unlock()
 	if metMeanwhile {
 		ls[second].mu.Lock()
 		ls[second].items = []unstructured.Unstructured{serviceSlice(second, "6", true)}
