@@ -29,7 +29,7 @@ import (
 // use.
 type Kube struct {
 	apiConn // HTTP/2: every request but the dependency wait's
-	// wait is the dependency wait's own client, over HTTP/1.1: a wait holds
+	// wait is the dependency wait's own client (Waiter.conn), over HTTP/1.1: a wait holds
 	// one WATCH at a time (turn.go), and for one long request an HTTP/1.1
 	// connection costs kube-apiserver less memory than an HTTP/2 one (its
 	// per-connection state; docs/scale.md has the figures). Its idle
@@ -133,11 +133,6 @@ func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister {
 	return k.inVia(k.apiConn, gvr, ns)
 }
 
-// waitIn is in for the dependency wait's lookups: over its HTTP/1.1 client.
-func (k *Kube) waitIn(gvr schema.GroupVersionResource, ns string) lister {
-	return k.inVia(k.wait, gvr, ns)
-}
-
 func (k *Kube) inVia(c apiConn, gvr schema.GroupVersionResource, ns string) lister {
 	r := c.dynamic.Resource(gvr)
 	var l lister = r
@@ -147,11 +142,11 @@ func (k *Kube) inVia(c apiConn, gvr schema.GroupVersionResource, ns string) list
 	return k.wrap(l, gvr, ns, c)
 }
 
-// waitJobs lists and watches a namespace's Jobs for the dependency wait,
-// in the API server's Table form (jobtable.go), as waitIn does the other
-// resources; wants (nil: all) says which failed Jobs are read whole.
-func (k *Kube) waitJobs(ns string, wants func(string) bool) lister {
-	return k.wrap(k.jobTable(k.wait, ns, wants), jobsGVR, ns, k.wait)
+// jobsVia lists and watches a namespace's Jobs through c, in the API
+// server's Table form (jobtable.go), as inVia does the other resources;
+// wants (nil: all) says which failed Jobs are read whole.
+func (k *Kube) jobsVia(c apiConn, ns string, wants func(string) bool) lister {
+	return k.wrap(k.jobTable(c, ns, wants), jobsGVR, ns, c)
 }
 
 // waitEnded closes the wait's idle connections: nothing else uses them.
@@ -254,8 +249,8 @@ func (k *Kube) CreateEvent(ctx context.Context, ns string, ev map[string]any) er
 }
 
 // apiResources asks API discovery which resources a group/version serves:
-// one GET, decoded as the API's own APIResourceList.
-func (k *Kube) apiResources(ctx context.Context, gv schema.GroupVersion) (*metav1.APIResourceList, error) {
+// one GET through c, decoded as the API's own APIResourceList.
+func (k *Kube) apiResources(ctx context.Context, c apiConn, gv schema.GroupVersion) (*metav1.APIResourceList, error) {
 	path := "/apis/" + gv.Group + "/" + gv.Version
 	if gv.Group == "" {
 		path = "/api/" + gv.Version
@@ -265,7 +260,7 @@ func (k *Kube) apiResources(ctx context.Context, gv schema.GroupVersion) (*metav
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := k.http.Do(req)
+	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, err
 	}

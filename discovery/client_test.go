@@ -37,11 +37,11 @@ func TestWaitSpeaksHTTP1(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := k.waitIn(endpointSlicesGVR, "a").List(ctx, metav1.ListOptions{}); err != nil {
+	if _, err := k.inVia(k.wait, endpointSlicesGVR, "a").List(ctx, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// The fake serves no Table: only the request's protocol counts here.
-	_, _ = k.waitJobs("b", nil).List(ctx, metav1.ListOptions{})
+	_, _ = k.jobsVia(k.wait, "b", nil).List(ctx, metav1.ListOptions{})
 	if _, err := k.in(endpointSlicesGVR, "c").List(ctx, metav1.ListOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -74,5 +74,22 @@ func TestWaitSpeaksHTTP1(t *testing.T) {
 	eventually(t, "the wait's connection closed", func() bool { return count(http.StateClosed) == 1 })
 	if n := count(http.StateIdle); n != 1 {
 		t.Errorf("%d idle connections left, want the HTTP/2 one", n)
+	}
+}
+
+// Inside a wait (it holds the turn) a lookup goes through the wait's
+// HTTP/1.1 client; a followed one (a probe's, beside the agent's other
+// watches) through the HTTP/2 one.
+func TestWaiterConn(t *testing.T) {
+	k, err := NewKube(&rest.Config{Host: "https://127.0.0.1:1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &Waiter{cfg: Config{Kube: k}}
+	if c := w.conn(withTurnCtx(context.Background())); c.http != k.wait.http {
+		t.Error("a wait's lookup is not on the wait's client")
+	}
+	if c := w.conn(context.Background()); c.http != k.apiConn.http {
+		t.Error("a followed lookup is not on the HTTP/2 client")
 	}
 }

@@ -190,12 +190,12 @@ func (w *Waiter) share(ctx context.Context) []*shared {
 		switch {
 		case d.Kind == KindService:
 			if shares[k] == nil {
-				shares[k] = newShared(ctx, w.cfg.Kube.waitIn(endpointSlicesGVR, k.ns), endpointSlicesKind, w.sleep)
+				shares[k] = newShared(ctx, w.in(ctx, endpointSlicesGVR, k.ns), endpointSlicesKind, w.sleep)
 			}
 		case d.Kind == KindJob && d.Labels == nil && named[k] > 1:
 			if shares[k] == nil {
 				var sh *shared
-				sh = newShared(ctx, w.cfg.Kube.waitJobs(k.ns, func(name string) bool { return sh.has(name) }), jobsKind, w.sleep)
+				sh = newShared(ctx, w.jobs(ctx, k.ns, func(name string) bool { return sh.has(name) }), jobsKind, w.sleep)
 				shares[k] = sh
 			}
 		default:

@@ -113,7 +113,8 @@ func tableKube(t *testing.T, s *tableServer) *Kube {
 // that failed, the whole Job (one GET), whose reason the wait reports.
 func TestJobTableList(t *testing.T) {
 	s := &tableServer{statusColumn: true}
-	l := tableKube(t, s).waitJobs("ns", nil)
+	k := tableKube(t, s)
+	l := k.jobsVia(k.apiConn, "ns", nil)
 	list, err := l.List(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=x"})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +145,8 @@ func TestJobTableList(t *testing.T) {
 // API's status, which watchSet reads (410: re-list).
 func TestJobTableWatch(t *testing.T) {
 	s := &tableServer{statusColumn: true}
-	l := tableKube(t, s).waitJobs("ns", nil)
+	k := tableKube(t, s)
+	l := k.jobsVia(k.apiConn, "ns", nil)
 	w, err := l.Watch(context.Background(), metav1.ListOptions{ResourceVersion: "10", AllowWatchBookmarks: true})
 	if err != nil {
 		t.Fatal(err)
@@ -175,7 +177,8 @@ func TestJobTableWatch(t *testing.T) {
 // read whole from then on, the LIST that found out answered as JSON.
 func TestJobTableWithoutStatusColumn(t *testing.T) {
 	s := &tableServer{}
-	l := tableKube(t, s).waitJobs("ns", nil)
+	k := tableKube(t, s)
+	l := k.jobsVia(k.apiConn, "ns", nil)
 	for range 2 {
 		list, err := l.List(context.Background(), metav1.ListOptions{})
 		if err != nil {

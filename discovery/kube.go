@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kolla-agent/kolla-agent/retry"
@@ -95,6 +96,26 @@ func (lw *listWatch) watch(ctx context.Context, rv string) (watch.Interface, err
 		lw.onErr("watch", err)
 	}
 	return wi, err
+}
+
+// conn is the client a lookup goes through: inside a wait (Run, which
+// holds one watch at a time: turn.go) the wait's own, over HTTP/1.1;
+// otherwise (Follow, a probe's watch beside the agent's others) HTTP/2.
+func (w *Waiter) conn(ctx context.Context) apiConn {
+	if turnOf(ctx) != nil {
+		return w.cfg.Kube.wait
+	}
+	return w.cfg.Kube.apiConn
+}
+
+// in lists and watches one resource of one namespace through conn.
+func (w *Waiter) in(ctx context.Context, gvr schema.GroupVersionResource, ns string) lister {
+	return w.cfg.Kube.inVia(w.conn(ctx), gvr, ns)
+}
+
+// jobs lists and watches a namespace's Jobs through conn.
+func (w *Waiter) jobs(ctx context.Context, ns string, wants func(string) bool) lister {
+	return w.cfg.Kube.jobsVia(w.conn(ctx), ns, wants)
 }
 
 func apiTrouble(report func(Observation)) func(string, error) {
@@ -537,7 +558,7 @@ func (w *Waiter) waitPods(ctx context.Context, d Dependency, report func(Observa
 		sel.field = fields.OneTermEqualSelector("spec.nodeName", node).String()
 		where = " on node " + node
 	}
-	lw := newListWatch(w.cfg.Kube.waitIn(podsGVR, ns), sel, apiTrouble(report))
+	lw := newListWatch(w.in(ctx, podsGVR, ns), sel, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return podsObservation(podsOf(objs), where)
 	})
@@ -560,7 +581,7 @@ func podsObservation(pods []*pod, where string) Observation {
 // waitContainer: a named container of the agent's own pod is ready.
 func (w *Waiter) waitContainer(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.cfg.Namespace
-	lw := newListWatch(w.cfg.Kube.waitIn(podsGVR, ns), byName(w.cfg.PodName), apiTrouble(report))
+	lw := newListWatch(w.in(ctx, podsGVR, ns), byName(w.cfg.PodName), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		pods := podsOf(objs)
 		if len(pods) == 0 {
