@@ -53,9 +53,7 @@ func TestParseBadLines(t *testing.T) {
 // The table has every figure or none: a figure the run lacks and a metric
 // no figure shows are both errors, named.
 func TestRenderEveryFigureOrNone(t *testing.T) {
-	saved := figures
-	t.Cleanup(func() { figures = saved })
-	figures = []figure{{Area: "a", What: "latency", Bench: "BenchmarkA", Ours: "agent-ms/median", Base: "poller-ms/median", BaseIs: "a poller", Unit: "ms", Headline: "the latency"}}
+	useFigures(t, figure{Area: "a", What: "latency", Bench: "BenchmarkA", Ours: "agent-ms/median", Base: "poller-ms/median", BaseIs: "a poller", Unit: "ms", Headline: "the latency"})
 	r, err := parse(strings.NewReader(sample))
 	if err != nil {
 		t.Fatal(err)
@@ -91,9 +89,7 @@ func TestRenderEveryFigureOrNone(t *testing.T) {
 // A benchmark run once that takes its own samples has their count and
 // range shown; a quoted figure stands in its own column, out of the ratio.
 func TestRenderSpreadInOneRunAndQuoted(t *testing.T) {
-	saved := figures
-	t.Cleanup(func() { figures = saved })
-	figures = []figure{{Area: "p", What: "pod ready", Bench: "BenchmarkP", Ours: "agent-ms/median", Base: "other-ms/median", BaseIs: "the other", Unit: "ms", Quoted: "tool: 44 MB (its docs)", Headline: "pod"}}
+	useFigures(t, figure{Area: "p", What: "pod ready", Bench: "BenchmarkP", Ours: "agent-ms/median", Base: "other-ms/median", BaseIs: "the other", Unit: "ms", Quoted: "tool: 44 MB (its docs)", Headline: "pod"})
 	const one = "BenchmarkP-2 1 0 ns/op 120 agent-ms/median 9 agent-ms/samples 100 agent-ms/min 900 agent-ms/max 300 other-ms/median 9 other-ms/samples 200 other-ms/min 400 other-ms/max\n"
 	r, err := parse(strings.NewReader(one))
 	if err != nil {
@@ -120,28 +116,16 @@ func TestRenderSpreadInOneRunAndQuoted(t *testing.T) {
 // the median level less the median idle: runs whose idle moves by more
 // than the gap would otherwise give a figure no run measured.
 func TestRenderMinusPairsEachRun(t *testing.T) {
-	saved := figures
-	t.Cleanup(func() { figures = saved })
-	figures = []figure{{Area: "s", What: "rss", Bench: "BenchmarkS", Ours: "agent-MiB", Minus: "idle-MiB", Base: "poller-MiB", BaseIs: "the pollers", Unit: "MiB"}}
+	useFigures(t, figure{Area: "s", What: "rss", Bench: "BenchmarkS", Ours: "agent-MiB", Minus: "idle-MiB", Base: "poller-MiB", BaseIs: "the pollers", Unit: "MiB"})
 	// Paired: agent 100, 130, 90 (median 100); pollers 60, 70, 50 (60).
 	// Unpaired, medians less the median idle, it would read 90 against 70.
 	const runs = `BenchmarkS-2 1 0 ns/op 200 agent-MiB 100 idle-MiB 160 poller-MiB
 BenchmarkS-2 1 0 ns/op 150 agent-MiB 20 idle-MiB 90 poller-MiB
 BenchmarkS-2 1 0 ns/op 180 agent-MiB 90 idle-MiB 140 poller-MiB
 `
-	r, err := parse(strings.NewReader(runs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	table, _, err := render(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "| s | rss | **100 MiB** | 60 MiB: the pollers | 1.67x |  |  | 3: 90 MiB - 130 MiB |"; !strings.Contains(table, want) {
-		t.Errorf("no %q in\n%s", want, table)
-	}
+	renderHas(t, runs, "| s | rss | **100 MiB** | 60 MiB: the pollers | 1.67x |  |  | 3: 90 MiB - 130 MiB |")
 	// A run that reports a level without its idle cannot be paired.
-	r, _ = parse(strings.NewReader(runs + "BenchmarkS-2 1 0 ns/op 170 agent-MiB 150 poller-MiB\n"))
+	r, _ := parse(strings.NewReader(runs + "BenchmarkS-2 1 0 ns/op 170 agent-MiB 150 poller-MiB\n"))
 	if _, _, err := render(r); err == nil || !strings.Contains(err.Error(), "4 samples of agent-MiB but 3 of idle-MiB") {
 		t.Errorf("an unpaired sample: %v", err)
 	}
@@ -150,15 +134,31 @@ BenchmarkS-2 1 0 ns/op 180 agent-MiB 90 idle-MiB 140 poller-MiB
 // A baseline measured on its own fresh server is less its own idle level,
 // run by run, and the agent's less the agent's.
 func TestRenderBaseMinusPairsEachSide(t *testing.T) {
-	saved := figures
-	t.Cleanup(func() { figures = saved })
-	figures = []figure{{Area: "s", What: "rss", Bench: "BenchmarkS", Ours: "agent-MiB", Minus: "idle-MiB", Base: "poller-MiB", BaseMinus: "poller-idle-MiB", BaseIs: "the pollers", Unit: "MiB"}}
+	useFigures(t, figure{Area: "s", What: "rss", Bench: "BenchmarkS", Ours: "agent-MiB", Minus: "idle-MiB", Base: "poller-MiB", BaseMinus: "poller-idle-MiB", BaseIs: "the pollers", Unit: "MiB"})
 	// Agent 100, 130, 90 (median 100); pollers 160-120, 90-10, 140-70: 40,
 	// 80, 70 (median 70). Less the agent's idle instead, they would read 60.
 	const runs = `BenchmarkS-2 1 0 ns/op 200 agent-MiB 100 idle-MiB 160 poller-MiB 120 poller-idle-MiB
 BenchmarkS-2 1 0 ns/op 150 agent-MiB 20 idle-MiB 90 poller-MiB 10 poller-idle-MiB
 BenchmarkS-2 1 0 ns/op 180 agent-MiB 90 idle-MiB 140 poller-MiB 70 poller-idle-MiB
 `
+	renderHas(t, runs, "| s | rss | **100 MiB** | 70 MiB: the pollers | 1.43x |  |  | 3: 90 MiB - 130 MiB |")
+	// The baseline's idle level is reported, so it is shown, not unused.
+	r, _ := parse(strings.NewReader(strings.ReplaceAll(runs, " poller-idle-MiB", " other-MiB")))
+	if _, _, err := render(r); err == nil || !strings.Contains(err.Error(), "no poller-idle-MiB in this run") {
+		t.Errorf("a baseline without its idle level: %v", err)
+	}
+}
+
+// useFigures sets the figures for one test.
+func useFigures(t *testing.T, fs ...figure) {
+	saved := figures
+	t.Cleanup(func() { figures = saved })
+	figures = fs
+}
+
+// renderHas renders runs and wants a row in the table.
+func renderHas(t *testing.T, runs, want string) {
+	t.Helper()
 	r, err := parse(strings.NewReader(runs))
 	if err != nil {
 		t.Fatal(err)
@@ -167,13 +167,8 @@ BenchmarkS-2 1 0 ns/op 180 agent-MiB 90 idle-MiB 140 poller-MiB 70 poller-idle-M
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "| s | rss | **100 MiB** | 70 MiB: the pollers | 1.43x |  |  | 3: 90 MiB - 130 MiB |"; !strings.Contains(table, want) {
+	if !strings.Contains(table, want) {
 		t.Errorf("no %q in\n%s", want, table)
-	}
-	// The baseline's idle level is reported, so it is shown, not unused.
-	r, _ = parse(strings.NewReader(strings.ReplaceAll(runs, " poller-idle-MiB", " other-MiB")))
-	if _, _, err := render(r); err == nil || !strings.Contains(err.Error(), "no poller-idle-MiB in this run") {
-		t.Errorf("a baseline without its idle level: %v", err)
 	}
 }
 
@@ -325,10 +320,8 @@ func gitIn(t *testing.T, dir string, args ...string) {
 // commit made during the run at the end, and a run missing a figure writes
 // nothing, the txt neither.
 func TestRunOneCommit(t *testing.T) {
-	saved := figures
-	t.Cleanup(func() { figures = saved })
-	figures = []figure{{Area: "a", What: "latency", Bench: "BenchmarkA", Ours: "agent-ms/median", Base: "poller-ms/median", BaseIs: "a poller"},
-		{Area: "b", What: "x", Bench: "BenchmarkB/sub_name=1", Ours: "x"}}
+	useFigures(t, figure{Area: "a", What: "latency", Bench: "BenchmarkA", Ours: "agent-ms/median", Base: "poller-ms/median", BaseIs: "a poller"},
+		figure{Area: "b", What: "x", Bench: "BenchmarkB/sub_name=1", Ours: "x"})
 	dir := gitRepo(t)
 	raw := filepath.Join(t.TempDir(), "raw.txt")
 	os.WriteFile(raw, []byte(sample), 0o644)
