@@ -183,6 +183,13 @@ func TestOtherKindTakesTheTurnFromJobs(t *testing.T) {
 		t.Fatalf("the Service lookup never took the turn: %s", svc.requests())
 	}
 	eventually(t, "the Jobs' watch stopped", func() bool { return jw.IsStopped() })
+	// Released only once the Job lookup waits for the turn again: taken
+	// back at once, it would watch on from 8 (a yield's own path).
+	eventually(t, "the Job lookup parked", func() bool {
+		jobs.mu.Lock()
+		defer jobs.mu.Unlock()
+		return jobs.parks > 0
+	})
 	ready := serviceSlice("svc", "9", true)
 	sw.Modify(&ready)
 	if err := <-svcDone; err != nil {
