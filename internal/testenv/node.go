@@ -146,8 +146,8 @@ func (e *Env) lockNode() error {
 			if !abandoned(other, owner) {
 				return fmt.Errorf("a node already runs on this machine, started in %s (stop it with hack/testenv down %s)", other, other)
 			}
-			if err := bringDown(other); err != nil {
-				return fmt.Errorf("a node abandoned in %s (its starter and components are gone): bringing it down: %w (try hack/testenv down %s)", other, err, other)
+			if err := bringDownAbandoned(other); err != nil {
+				return err
 			}
 			continue
 		}
@@ -225,6 +225,33 @@ func abandoned(dir, owner string) bool {
 		}
 	}
 	return true
+}
+
+// BringDownAbandoned brings down the node a killed run left behind, if
+// there is one (see lockNode), and does nothing otherwise. The next Env
+// would bring it down anyway; a test that records the host before it starts
+// a node calls this first, or its record holds the abandoned node's pods,
+// links and cgroups, which that start then removes.
+func BringDownAbandoned() error {
+	b, err := os.ReadFile(nodeLock)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	other, owner := parseNodeLock(b)
+	if _, err := os.Stat(filepath.Join(other, fileHost)); err != nil || !abandoned(other, owner) {
+		return nil
+	}
+	return bringDownAbandoned(other)
+}
+
+func bringDownAbandoned(dir string) error {
+	if err := bringDown(dir); err != nil {
+		return fmt.Errorf("a node abandoned in %s (its starter and components are gone): bringing it down: %w (try hack/testenv down %s)", dir, err, dir)
+	}
+	return nil
 }
 
 // bringDown does what hack/testenv down does for a node whose Env cannot

@@ -105,12 +105,17 @@ func (e *Env) Namespace(t testing.TB) string {
 // run here (NodeMissing: not root, or not built), the tests run with a nil
 // Env and each that needs one skips saying why (NeedNode). After the tests
 // it checks, independently of Stop's own check, that the host is as it was
-// before the node started.
+// before the node started (a node a killed run abandoned is brought down
+// before that record).
 func MainNode(m *testing.M, setup func(*Env)) {
 	flag.Parse()
 	if why := NodeMissing(); why != "" {
 		fmt.Fprintf(os.Stderr, "testenv: no node: %s; the tests that need one skip\n", why)
 		os.Exit(m.Run())
+	}
+	if err := BringDownAbandoned(); err != nil {
+		fmt.Fprintln(os.Stderr, "testenv:", err)
+		os.Exit(1)
 	}
 	before, err := snapshotHost()
 	if err != nil {
