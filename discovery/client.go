@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -28,15 +27,10 @@ import (
 // their generated methods: together about 10 MB of binary the agent does not
 // use.
 type Kube struct {
-	apiConn // HTTP/2: every request but the dependency wait's
-	// wait is the dependency wait's own client (Waiter.conn), over HTTP/1.1: a wait holds
-	// one WATCH at a time (turn.go), and for one long request an HTTP/1.1
-	// connection costs kube-apiserver less memory than an HTTP/2 one (its
-	// per-connection state; docs/scale.md has the figures). Its idle
-	// connections are closed when the wait ends.
-	wait apiConn
-	host string
-	log  *slog.Logger // debug: every LIST and WATCH, for an operator counting requests
+	dynamic dynamic.Interface
+	http    *http.Client
+	host    string
+	log     *slog.Logger // debug: every LIST and WATCH, for an operator counting requests
 	// told holds the verbs and resources (verb resource.group/namespace)
 	// the API server refused, each told once; refusals counts them all.
 	told     sync.Map
@@ -56,43 +50,21 @@ var (
 	daemonSetsGVR     = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"}
 )
 
-// apiConn is a dynamic client and the HTTP client under it.
-type apiConn struct {
-	dynamic dynamic.Interface
-	http    *http.Client
-}
-
-func newAPIConn(cfg *rest.Config) (apiConn, error) {
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return apiConn{}, err
-	}
-	d, err := dynamic.NewForConfigAndClient(cfg, hc)
-	if err != nil {
-		return apiConn{}, err
-	}
-	return apiConn{dynamic: d, http: hc}, nil
-}
-
 // NewKube builds the clients from one rest.Config. It makes no request.
 // log (nil: none) gets a debug line for every LIST and WATCH.
 func NewKube(cfg *rest.Config, log *slog.Logger) (*Kube, error) {
-	c, err := newAPIConn(cfg)
+	d, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	// ALPN offering only http/1.1: client-go then configures no HTTP/2
-	// (and a plain http:// server is HTTP/1.1 anyway).
-	h1 := rest.CopyConfig(cfg)
-	h1.TLSClientConfig.NextProtos = []string{"http/1.1"}
-	wc, err := newAPIConn(h1)
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Kube{apiConn: c, wait: wc, host: strings.TrimSuffix(cfg.Host, "/"), log: log,
+	return &Kube{dynamic: d, http: hc, host: strings.TrimSuffix(cfg.Host, "/"), log: log,
 		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kolla_agent_api_watch_refused_total",
 			Help: "Lookups whose verb the API server refused (403), by resource and verb: a refused watch polls with LIST instead, a refused list of one object by name polls with GET.",
@@ -130,56 +102,36 @@ func (k *Kube) refused(gvr schema.GroupVersionResource, ns, verb string, err err
 // in lists and watches one resource of one namespace ("" for cluster scope).
 // At debug level its requests are logged.
 func (k *Kube) in(gvr schema.GroupVersionResource, ns string) lister {
-	return k.inVia(k.apiConn, gvr, ns)
-}
-
-func (k *Kube) inVia(c apiConn, gvr schema.GroupVersionResource, ns string) lister {
-	r := c.dynamic.Resource(gvr)
+	r := k.dynamic.Resource(gvr)
 	var l lister = r
 	if ns != "" {
 		l = r.Namespace(ns)
 	}
-	return k.wrap(l, gvr, ns, c)
+	return k.wrap(l, gvr, ns)
 }
 
-// jobsVia lists and watches a namespace's Jobs through c, in the API
-// server's Table form (jobtable.go), as inVia does the other resources;
-// wants (nil: all) says which failed Jobs are read whole.
-func (k *Kube) jobsVia(c apiConn, ns string, wants func(string) bool) lister {
-	return k.wrap(k.jobTable(c, ns, wants), jobsGVR, ns, c)
+// jobs lists and watches a namespace's Jobs in the API server's Table form
+// (jobtable.go), as in does the other resources; wants (nil: all) says
+// which failed Jobs are read whole.
+func (k *Kube) jobs(ns string, wants func(string) bool) lister {
+	return k.wrap(k.jobTable(ns, wants), jobsGVR, ns)
 }
 
-// waitEnded closes the wait's idle connections: nothing else uses them.
-func (k *Kube) waitEnded() { k.wait.closeIdle() }
-
-// closeIdle closes c's idle connections. (http.Client's own
-// CloseIdleConnections stops at client-go's wrappers.)
-func (c apiConn) closeIdle() { utilnet.CloseIdleConnectionsFor(c.http.Transport) }
-
-// wrap logs l's requests at debug level and tells the Kube of refusals;
-// c is the client l's requests go through.
-func (k *Kube) wrap(l lister, gvr schema.GroupVersionResource, ns string, c apiConn) lister {
+// wrap logs l's requests at debug level and tells the Kube of refusals.
+func (k *Kube) wrap(l lister, gvr schema.GroupVersionResource, ns string) lister {
 	if k.log.Enabled(context.Background(), slog.LevelDebug) {
 		l = loggedLister{lister: l, log: k.log.With("resource", gvr.GroupResource().String(), "namespace", ns)}
 	}
-	return refusalLister{lister: l, onRefused: func(verb string, err error) { k.refused(gvr, ns, verb, err) }, conn: c}
+	return refusalLister{lister: l, onRefused: func(verb string, err error) { k.refused(gvr, ns, verb, err) }}
 }
 
-// refusalLister tells the Kube when a watch is refused (see watchSet), and
-// its client when the lookup parks to wait for its turn.
+// refusalLister tells the Kube when a watch is refused (see watchSet).
 type refusalLister struct {
 	lister
 	onRefused func(verb string, err error)
-	conn      apiConn
 }
 
 func (l refusalLister) refused(verb string, err error) { l.onRefused(verb, err) }
-
-// parked: the lookup waits for the wait's one watch (turn.go) and makes no
-// request until its turn, so its LIST's connection, idle, would only cost
-// kube-apiserver memory meanwhile. The holder's connection is busy with its
-// watch and stays; the LIST at the turn dials again if none is left.
-func (l refusalLister) parked() { l.conn.closeIdle() }
 
 // loggedLister says at debug level which requests the agent makes: a
 // narrowed LIST, and a WATCH from its resourceVersion only for a caller the
@@ -249,8 +201,8 @@ func (k *Kube) CreateEvent(ctx context.Context, ns string, ev map[string]any) er
 }
 
 // apiResources asks API discovery which resources a group/version serves:
-// one GET through c, decoded as the API's own APIResourceList.
-func (k *Kube) apiResources(ctx context.Context, c apiConn, gv schema.GroupVersion) (*metav1.APIResourceList, error) {
+// one GET, decoded as the API's own APIResourceList.
+func (k *Kube) apiResources(ctx context.Context, gv schema.GroupVersion) (*metav1.APIResourceList, error) {
 	path := "/apis/" + gv.Group + "/" + gv.Version
 	if gv.Group == "" {
 		path = "/api/" + gv.Version
@@ -260,7 +212,7 @@ func (k *Kube) apiResources(ctx context.Context, c apiConn, gv schema.GroupVersi
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := c.http.Do(req)
+	resp, err := k.http.Do(req)
 	if err != nil {
 		return nil, err
 	}

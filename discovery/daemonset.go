@@ -14,7 +14,7 @@ import (
 func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.namespace(d)
 	var ds *daemonSet
-	lw := newListWatch(w.in(ctx, daemonSetsGVR, ns), byName(d.Name), apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.in(daemonSetsGVR, ns), byName(d.Name), apiTrouble(report))
 	err := w.watchUntil(step(ctx), d, notFinal(report), lw, func(objs []any) Observation {
 		for _, x := range decodeAll[daemonSet](objs) {
 			if x.Status.ObservedGeneration < x.Generation {
@@ -39,7 +39,7 @@ func (w *Waiter) waitDaemonSet(ctx context.Context, d Dependency, report func(Ob
 	// By label, not spec.nodeName: a DaemonSet pod exists before the scheduler
 	// binds it, targeted at its node by node affinity, and a field selector on
 	// nodeName would miss it and count the node as having no pod.
-	lw = newListWatch(w.in(ctx, podsGVR, ns), selector{label: sel.String()}, apiTrouble(report))
+	lw = newListWatch(w.cfg.Kube.in(podsGVR, ns), selector{label: sel.String()}, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return daemonPodObservation(ds, podsOf(objs), node)
 	})

@@ -128,9 +128,6 @@ func (w *Waiter) Run(parent context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, w.cfg.Timeout)
 		defer cancel()
 	}
-	if w.cfg.Kube != nil {
-		defer w.cfg.Kube.waitEnded() // after cancel: a cancelled watch's connection is not reused
-	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ctx, turn := withTurn(ctx)
@@ -190,12 +187,12 @@ func (w *Waiter) share(ctx context.Context) []*shared {
 		switch {
 		case d.Kind == KindService:
 			if shares[k] == nil {
-				shares[k] = newShared(ctx, w.in(ctx, endpointSlicesGVR, k.ns), endpointSlicesKind, w.sleep)
+				shares[k] = newShared(ctx, w.cfg.Kube.in(endpointSlicesGVR, k.ns), endpointSlicesKind, w.sleep)
 			}
 		case d.Kind == KindJob && d.Labels == nil && named[k] > 1:
 			if shares[k] == nil {
 				var sh *shared
-				sh = newShared(ctx, w.jobs(ctx, k.ns, func(name string) bool { return sh.has(name) }), jobsKind, w.sleep)
+				sh = newShared(ctx, w.cfg.Kube.jobs(k.ns, func(name string) bool { return sh.has(name) }), jobsKind, w.sleep)
 				shares[k] = sh
 			}
 		default:

@@ -443,7 +443,7 @@ func nameOr(name, def string) string {
 // serves reports whether the API serves the resource; an error (the API
 // unreachable) counts as no.
 func (k *Kube) serves(ctx context.Context, gvr schema.GroupVersionResource) bool {
-	l, err := k.apiResources(ctx, k.apiConn, gvr.GroupVersion())
+	l, err := k.apiResources(ctx, gvr.GroupVersion())
 	if err != nil {
 		return false
 	}

@@ -33,7 +33,7 @@ func (w *Waiter) waitJobs(ctx context.Context, d Dependency, report func(Observa
 		}
 		w.log.Info("the namespace's Jobs may not be listed; watching this one by name", "dependency", d.String())
 	}
-	lw := newListWatch(w.jobs(ctx, ns, nil), sel, apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.jobs(ns, nil), sel, apiTrouble(report))
 	lw.last = true
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return jobsObservation(objs, what)

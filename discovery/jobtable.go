@@ -33,7 +33,6 @@ const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io"
 // from then on, as the other resources are (full).
 type jobTable struct {
 	k    *Kube
-	http *http.Client
 	ns   string
 	full lister // the JSON objects: GETs, and a server without the column
 	// wants says which failed Jobs are worth a GET (nil: all): a list of
@@ -48,8 +47,8 @@ type jobTable struct {
 // counts of active or failed pods.
 const tableRowAnnotation = "kolla-agent.io/table-row"
 
-func (k *Kube) jobTable(c apiConn, ns string, wants func(string) bool) *jobTable {
-	return &jobTable{k: k, http: c.http, ns: ns, full: c.dynamic.Resource(jobsGVR).Namespace(ns), wants: wants}
+func (k *Kube) jobTable(ns string, wants func(string) bool) *jobTable {
+	return &jobTable{k: k, ns: ns, full: k.dynamic.Resource(jobsGVR).Namespace(ns), wants: wants}
 }
 
 func (t *jobTable) Get(ctx context.Context, name string, o metav1.GetOptions, sub ...string) (*unstructured.Unstructured, error) {
@@ -129,7 +128,7 @@ func (t *jobTable) request(ctx context.Context, o metav1.ListOptions, watching b
 		return nil, err
 	}
 	req.Header.Set("Accept", tableAccept)
-	resp, err := t.http.Do(req)
+	resp, err := t.k.http.Do(req)
 	if err != nil {
 		return nil, err
 	}

@@ -113,8 +113,7 @@ func tableKube(t *testing.T, s *tableServer) *Kube {
 // that failed, the whole Job (one GET), whose reason the wait reports.
 func TestJobTableList(t *testing.T) {
 	s := &tableServer{statusColumn: true}
-	k := tableKube(t, s)
-	l := k.jobsVia(k.apiConn, "ns", nil)
+	l := tableKube(t, s).jobs("ns", nil)
 	list, err := l.List(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=x"})
 	if err != nil {
 		t.Fatal(err)
@@ -145,8 +144,7 @@ func TestJobTableList(t *testing.T) {
 // API's status, which watchSet reads (410: re-list).
 func TestJobTableWatch(t *testing.T) {
 	s := &tableServer{statusColumn: true}
-	k := tableKube(t, s)
-	l := k.jobsVia(k.apiConn, "ns", nil)
+	l := tableKube(t, s).jobs("ns", nil)
 	w, err := l.Watch(context.Background(), metav1.ListOptions{ResourceVersion: "10", AllowWatchBookmarks: true})
 	if err != nil {
 		t.Fatal(err)
@@ -177,8 +175,7 @@ func TestJobTableWatch(t *testing.T) {
 // read whole from then on, the LIST that found out answered as JSON.
 func TestJobTableWithoutStatusColumn(t *testing.T) {
 	s := &tableServer{}
-	k := tableKube(t, s)
-	l := k.jobsVia(k.apiConn, "ns", nil)
+	l := tableKube(t, s).jobs("ns", nil)
 	for range 2 {
 		list, err := l.List(context.Background(), metav1.ListOptions{})
 		if err != nil {

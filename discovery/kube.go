@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/kolla-agent/kolla-agent/retry"
@@ -57,13 +56,14 @@ type listWatch struct {
 }
 
 // watchSilence is how long a watch may bring nothing, not even a bookmark,
-// before its connection is taken for lost and the watch started again from
+// before it is taken for lost and the watch started again from
 // its resourceVersion. kube-apiserver's watch cache sends a watcher that
-// asked for bookmarks one about every minute. The wait's HTTP/1.1
-// connection (client.go) has no HTTP/2 PING to find a peer that vanished
-// without a reset (a host lost behind a load balancer); TCP keepalive
-// would take minutes more. On a server without periodic bookmarks (its
-// watch cache off) a quiet watch is renewed this often instead.
+// asked for bookmarks one about every minute. client-go's HTTP/2 PING
+// finds a connection that died, not a watch that went quiet behind a proxy
+// that still answers it (an L7 load balancer whose API server is gone), and
+// an http:// server (kubectl proxy) is HTTP/1.1, with no PING at all. On a
+// server without periodic bookmarks (its watch cache off) a quiet watch is
+// renewed this often instead.
 const watchSilence = 150 * time.Second
 
 func newListWatch(c lister, sel selector, onErr func(op string, err error)) *listWatch {
@@ -96,26 +96,6 @@ func (lw *listWatch) watch(ctx context.Context, rv string) (watch.Interface, err
 		lw.onErr("watch", err)
 	}
 	return wi, err
-}
-
-// conn is the client a lookup goes through: inside a wait (Run, which
-// holds one watch at a time: turn.go) the wait's own, over HTTP/1.1;
-// otherwise (Follow, a probe's watch beside the agent's others) HTTP/2.
-func (w *Waiter) conn(ctx context.Context) apiConn {
-	if turnOf(ctx) != nil {
-		return w.cfg.Kube.wait
-	}
-	return w.cfg.Kube.apiConn
-}
-
-// in lists and watches one resource of one namespace through conn.
-func (w *Waiter) in(ctx context.Context, gvr schema.GroupVersionResource, ns string) lister {
-	return w.cfg.Kube.inVia(w.conn(ctx), gvr, ns)
-}
-
-// jobs lists and watches a namespace's Jobs through conn.
-func (w *Waiter) jobs(ctx context.Context, ns string, wants func(string) bool) lister {
-	return w.cfg.Kube.jobsVia(w.conn(ctx), ns, wants)
 }
 
 func apiTrouble(report func(Observation)) func(string, error) {
@@ -259,20 +239,10 @@ func watchSet(ctx context.Context, lw *listWatch, turn *watchTurn, sleep func(co
 			held = false
 		}
 		if !held {
-			park := func() {
-				if lw.waiting != nil {
-					lw.waiting()
-				}
-				// Its LIST's connection would sit idle until the turn
-				// comes; the holder's watch keeps its own.
-				if p, ok := lw.c.(interface{ parked() }); ok {
-					p.parked()
-				}
-			}
 			yield()
 			wctx, yield = context.WithCancel(ctx)
 			var waited, ok bool
-			if tk, waited, ok = turn.take(ctx, !lw.last, lw.arrival, yield, park); !ok {
+			if tk, waited, ok = turn.take(ctx, !lw.last, lw.arrival, yield, lw.waiting); !ok {
 				return ctx.Err()
 			}
 			held = true
@@ -474,7 +444,7 @@ func follow(ctx context.Context, wi watch.Interface, set map[string]*unstructure
 		case <-ctx.Done():
 			return rv, false, nil
 		case <-quiet.C:
-			return rv, false, nil // the caller's Stop drops the connection
+			return rv, false, nil // the caller's Stop ends the request
 		case ev, ok = <-wi.ResultChan():
 		}
 		quiet.Reset(silence)
@@ -558,7 +528,7 @@ func (w *Waiter) waitPods(ctx context.Context, d Dependency, report func(Observa
 		sel.field = fields.OneTermEqualSelector("spec.nodeName", node).String()
 		where = " on node " + node
 	}
-	lw := newListWatch(w.in(ctx, podsGVR, ns), sel, apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.in(podsGVR, ns), sel, apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		return podsObservation(podsOf(objs), where)
 	})
@@ -581,7 +551,7 @@ func podsObservation(pods []*pod, where string) Observation {
 // waitContainer: a named container of the agent's own pod is ready.
 func (w *Waiter) waitContainer(ctx context.Context, d Dependency, report func(Observation)) error {
 	ns := w.cfg.Namespace
-	lw := newListWatch(w.in(ctx, podsGVR, ns), byName(w.cfg.PodName), apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.in(podsGVR, ns), byName(w.cfg.PodName), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		pods := podsOf(objs)
 		if len(pods) == 0 {

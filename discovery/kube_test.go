@@ -161,7 +161,8 @@ func (s stopCounter) Stop() { s.onStop(); s.Interface.Stop() }
 
 // A watch that brings nothing, not even a bookmark, for watchSilence is
 // dropped and started again from its resourceVersion, without a LIST:
-// the wait's HTTP/1.1 connection has no PING to find a vanished peer.
+// HTTP/2's PING finds a dead connection, not a watch gone quiet behind a
+// proxy that still answers it.
 func TestSilentWatchIsStartedAgain(t *testing.T) {
 	l := &silentLister{}
 	lw := newListWatch(l, selector{label: "a=b"}, func(string, error) {})

@@ -22,7 +22,7 @@ func (w *Waiter) waitResource(ctx context.Context, d Dependency, report func(Obs
 	// Which resource serves the kind, and whether it is namespaced, is asked of
 	// the API's discovery; a CRD installed later is waited for.
 	err := w.poll(step(ctx), d, notFinal(report), func(ctx context.Context) Observation {
-		list, err := w.cfg.Kube.apiResources(ctx, w.conn(ctx), gv)
+		list, err := w.cfg.Kube.apiResources(ctx, gv)
 		switch {
 		case apierrors.IsNotFound(err):
 			return waiting("API %s is not served (CRD not installed yet?)", gv)
@@ -52,7 +52,7 @@ func (w *Waiter) waitResource(ctx context.Context, d Dependency, report func(Obs
 		ns = w.namespace(d)
 		what = gvr.Resource + " " + ns + "/" + d.Name
 	}
-	lw := newListWatch(w.in(ctx, gvr, ns), byName(d.Name), apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.in(gvr, ns), byName(d.Name), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, func(objs []any) Observation {
 		for _, o := range objs {
 			if u, ok := o.(*unstructured.Unstructured); ok {

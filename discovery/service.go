@@ -25,14 +25,14 @@ func (w *Waiter) waitService(ctx context.Context, d Dependency, report func(Obse
 		return err
 	}
 	w.log.Info("EndpointSlices unavailable; falling back to Endpoints", "dependency", d.String())
-	lw := newListWatch(w.in(ctx, endpointsGVR, w.namespace(d)), byName(d.Name), apiTrouble(report))
+	lw := newListWatch(w.cfg.Kube.in(endpointsGVR, w.namespace(d)), byName(d.Name), apiTrouble(report))
 	return w.watchUntil(ctx, d, report, lw, endpointsObservation)
 }
 
 // waitSlices is one Service's own EndpointSlice watch (a followed one),
 // ending with errOwnWatch where EndpointSlices cannot be read.
 func (w *Waiter) waitSlices(ctx context.Context, d Dependency, report func(Observation), eval func([]any) (bool, error)) error {
-	sh := newShared(ctx, w.in(ctx, endpointSlicesGVR, w.namespace(d)), endpointSlicesKind, w.sleep)
+	sh := newShared(ctx, w.cfg.Kube.in(endpointSlicesGVR, w.namespace(d)), endpointSlicesKind, w.sleep)
 	sh.plan(d.Name)
 	return sh.join(ctx, d.Name, eval, apiTrouble(report), nil)
 }

@@ -25,7 +25,7 @@ type sliceLister struct {
 	listErr error
 	calls   []string
 	watches chan *watch.FakeWatcher
-	parks   int // times the lookup parked to wait for its turn
+	parks   int // times the lookup parked to wait for its turn (its lw.waiting)
 }
 
 func (l *sliceLister) parked() {

@@ -32,6 +32,7 @@ func oneWatchAtATime(t *testing.T, metMeanwhile bool) {
 		done[name] = res
 		go func() {
 			lw := newListWatch(l, selector{label: serviceNameLabel + "=" + name}, func(string, error) {})
+			lw.waiting = l.parked
 			res <- watchSet(ctx, lw, turnOf(ctx), sleep, func(objs []any) (bool, error) {
 				return slicesObservation(objs).State == Ready, nil
 			})
@@ -53,8 +54,8 @@ func oneWatchAtATime(t *testing.T, metMeanwhile bool) {
 	if got := ls[second].requests(); strings.Contains(got, "WATCH") {
 		t.Fatalf("%s watches while %s does: %s", second, first, got)
 	}
-	// Waiting for the turn, it leaves no idle connection behind; the
-	// holder, which took the turn at once, closes none.
+	// Waiting for the turn, it is told so (the wait's "waiting for the
+	// turn" state); the holder, which took the turn at once, is not.
 	eventually(t, second+" parked", func() bool {
 		ls[second].mu.Lock()
 		defer ls[second].mu.Unlock()
@@ -157,6 +158,7 @@ func TestOtherKindTakesTheTurnFromJobs(t *testing.T) {
 		go func() {
 			lw := newListWatch(l, selector{label: serviceNameLabel + "=" + name}, func(string, error) {})
 			lw.last = last
+			lw.waiting = l.parked
 			res <- watchSet(ctx, lw, turnOf(ctx), sleep, func(objs []any) (bool, error) {
 				return slicesObservation(objs).State == Ready, nil
 			})
