@@ -9,16 +9,13 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,8 +49,8 @@ func TestMain(m *testing.M) {
 // never run) and checks that the next up brings that one down whole.
 func checkUpDown() error {
 	// A node a killed run left on this machine (a CI job at its time limit)
-	// goes first: up would bring it down, and the record below would then
-	// miss what it had left.
+	// goes first: up would bring it down, removing what the record below
+	// would then hold.
 	if err := testenv.BringDownAbandoned(); err != nil {
 		return err
 	}
@@ -73,7 +70,7 @@ func checkUpDown() error {
 	if out, err := exec.Command(script, "up", abandonedDir).CombinedOutput(); err != nil {
 		return fmt.Errorf("up: %v: %s", err, out)
 	}
-	if err := killNaming(abandonedDir); err != nil {
+	if err := testenv.AbandonNode(abandonedDir); err != nil {
 		return err
 	}
 	if out, err := exec.Command(script, "up", dir).CombinedOutput(); err != nil {
@@ -98,46 +95,6 @@ func checkUpDown() error {
 		return fmt.Errorf("down left the host changed (files kept in %s and %s):\n  %s", abandonedDir, dir, strings.Join(diff, "\n  "))
 	}
 	return errors.Join(os.RemoveAll(abandonedDir), os.RemoveAll(dir))
-}
-
-// killNaming SIGKILLs every process whose command line names a path under
-// dir (every component of the Env there) and waits until none is left.
-func killNaming(dir string) error {
-	needle := []byte(dir + string(os.PathSeparator))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		entries, err := os.ReadDir("/proc")
-		if err != nil {
-			return err
-		}
-		left := 0
-		for _, ent := range entries {
-			pid, err := strconv.Atoi(ent.Name())
-			if err != nil || pid == os.Getpid() {
-				continue
-			}
-			cmdline, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
-			if err != nil || !bytes.Contains(cmdline, needle) {
-				continue
-			}
-			stat, err := os.ReadFile("/proc/" + ent.Name() + "/stat")
-			if err != nil {
-				continue
-			}
-			if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X') {
-				continue // dead, not yet reaped
-			}
-			left++
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		if left == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d processes naming %s still run 30s after SIGKILL", left, dir)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 func repoRoot() string {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/internal/image"
@@ -245,6 +246,32 @@ func BringDownAbandoned() error {
 		return nil
 	}
 	return bringDownAbandoned(other)
+}
+
+// AbandonNode does to the Env in dir what a run killed with its process
+// group does: SIGKILL to every process naming dir (alive), none of Stop.
+// It returns once none is left: a test of BringDownAbandoned sets up its
+// case with it.
+func AbandonNode(dir string) error {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			return err
+		}
+		left := 0
+		for _, ent := range entries {
+			if pid, err := strconv.Atoi(ent.Name()); err == nil && pid != os.Getpid() && alive(pid, dir) {
+				left++
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d processes naming %s still run 30s after SIGKILL", left, dir)
+		}
+	}
 }
 
 func bringDownAbandoned(dir string) error {
