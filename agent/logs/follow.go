@@ -39,7 +39,7 @@ const readChunk = 128 << 10
 // that left it (renamed by rotation, or the copy copytruncate made) and is
 // read to its end first.
 type source struct {
-	f    *os.File
+	f    logFile
 	id   Position // identity, Path the followed path; Offset: bytes consumed into lines
 	part []byte   // the start of a line not yet ended
 	tail tailBuf  // the last bytes consumed
@@ -110,6 +110,10 @@ type follower struct {
 	// again while nothing read it (the agent down, the sink down).
 	scan bool
 	last rotRef
+	// copied is the newest copy the last truncation led to (copytruncate),
+	// zero before one: a live file opened empty gets its first bytes, and
+	// copies made after it hold bytes written before them (tookFirst).
+	copied rotRef
 	// finished are the last files read to their end, which a scan must
 	// not read again.
 	finished [8]Position
@@ -184,8 +188,12 @@ func (s *source) rotated() rotatedFile {
 	return rotatedFile{path: name, n: rotationNumber(filepath.Base(s.id.Path), filepath.Base(name)), mtime: s.mtime, born: s.born, dev: s.id.Dev, ino: s.id.Ino}
 }
 
-// open makes f a source read from off.
-func (fl *follower) open(f *os.File, off int64, written bool) (*source, error) {
+// open makes f a source read from off. A compressed copy is never
+// written.
+func (fl *follower) open(f logFile, off int64, written bool) (*source, error) {
+	if _, gz := f.(*gzFile); gz {
+		written = false
+	}
 	id, err := identify(f)
 	if err != nil {
 		f.Close()
@@ -371,7 +379,15 @@ func (fl *follower) liveEnd() int64 {
 // fn says no more: more false).
 func (fl *follower) drain(s *source, max int, fn func(Line) bool) (int, bool, error) {
 	for max > 0 {
+		if s == fl.live && s.id.HeadLen == 0 {
+			return max, true, nil // opened empty: identified at the next look first (tookFirst)
+		}
 		n, err := s.f.ReadAt(fl.buf[:min(len(fl.buf), max)], s.readAt())
+		if n > 0 && s == fl.live && !fl.unchanged(s) {
+			// Truncated and written again before this read: its bytes
+			// are another file's. The next look reads the copy first.
+			return max, true, nil
+		}
 		if n > 0 {
 			max -= n
 			if !fl.split(s, fl.buf[:n], fn) {
@@ -386,6 +402,21 @@ func (fl *follower) drain(s *source, max int, fn func(Line) bool) (int, bool, er
 		}
 	}
 	return max, true, nil
+}
+
+// unchanged: the live file holds, before its offset, the bytes consumed
+// there (at 0, the head it was opened with). Looked at after a read, it
+// says the bytes read are the file's the offset is in: a truncation and
+// the service's new lines past the offset, between the look before the
+// read and the read, would otherwise join two files' bytes in one line
+// and skip the first's end.
+func (fl *follower) unchanged(s *source) bool {
+	if s.id.Offset > 0 {
+		m, err := markAt(s.f, s.id.Offset)
+		return err == nil && m == digest(s.tail.bytes())
+	}
+	same, _ := headMatches(s.f, s.id)
+	return same
 }
 
 // done: a file that left the path has nothing more to give. A copy is done
@@ -424,12 +455,28 @@ func (fl *follower) truncation() (bool, error) {
 		return false, err
 	}
 	truncated := fi.Size() < s.readAt()
-	if !truncated && s.id.Offset > 0 {
+	switch {
+	case truncated:
+	case s.id.Offset > 0:
 		m, err := markAt(s.f, s.id.Offset)
 		if err != nil {
 			return false, err
 		}
 		truncated = m != digest(s.tail.bytes())
+	case s.id.HeadLen > 0:
+		// Nothing consumed yet, so no marker: the head it was opened
+		// with tells. Truncated and written again before a line of it
+		// was read (the next rotation came first), the bytes it was
+		// opened with are in a copy, to be read whole.
+		same, err := headMatches(s.f, s.id)
+		if err != nil {
+			return false, err
+		}
+		truncated = !same
+	case fi.Size() > 0:
+		if more, err := fl.tookFirst(s); more || err != nil {
+			return more, err
+		}
 	}
 	if !truncated {
 		s.mtime = fi.ModTime()
@@ -454,6 +501,7 @@ func (fl *follower) truncation() (bool, error) {
 	// Copies made since the last look are at least as new as the file
 	// was then, and newer than the copy found.
 	ref := rotRef{mtime: s.mtime}
+	defer func() { fl.copied = ref }()
 	if c := findCopy(filepath.Dir(fl.path), p, false); c != nil {
 		fl.log("log file truncated (copytruncate); reading its unread end from the copy first", "path", fl.path, "copy", c.Name())
 		cs, err := fl.open(c, s.id.Offset, false)
@@ -474,7 +522,34 @@ func (fl *follower) truncation() (bool, error) {
 	// Truncated more than once since the last look: the later copies
 	// follow, whole. A copy that starts with what was read is this
 	// file's, made after the last line read (logrotate's own window).
-	fl.left = append(fl.left, fl.rotatedAfter(ref, s.head, false)...)
+	later := fl.rotatedAfter(ref, s.head, false)
+	if len(later) > 0 {
+		ref = later[len(later)-1].ref()
+	}
+	fl.left = append(fl.left, later...)
+	return true, nil
+}
+
+// tookFirst: the live file, opened empty, has bytes. It is identified by
+// them now. Opened after a truncation, it may have been written, copied
+// and truncated again before these bytes (nothing told it apart then):
+// the copies made after the last one read hold those bytes, and are read
+// first, whole. It reports whether there were any.
+func (fl *follower) tookFirst(s *source) (bool, error) {
+	id, err := identify(s.f)
+	if err != nil {
+		return false, err
+	}
+	s.id.Head, s.id.HeadLen = id.Head, id.HeadLen
+	if fl.copied.ino == 0 && fl.copied.mtime.IsZero() {
+		return false, nil // no copy read in this run: nothing to start after
+	}
+	later := fl.rotatedAfter(fl.copied, nil, false)
+	if len(later) == 0 {
+		return false, nil
+	}
+	fl.copied = later[len(later)-1].ref()
+	fl.left = append(fl.left, later...)
 	return true, nil
 }
 
@@ -523,6 +598,9 @@ const maxLeft = 16
 // finish closes s, read to its end, and remembers it: a scan starts after
 // it, and does not read it again.
 func (fl *follower) finish(s *source) {
+	if g, ok := s.f.(*gzFile); ok && g.err != nil {
+		fl.log("compressed log file ends early; shipped what it holds", "path", fl.path, "file", g.Name(), "bytes", g.size, "error", g.err)
+	}
 	if s.written {
 		s.closeAt = time.Now().Add(writerGrace)
 		fl.closing = append(fl.closing, s)
@@ -550,19 +628,43 @@ func (fl *follower) remember(p Position) {
 // rotatedAfter opens the files rotated from the path after ref, oldest
 // first, to be read whole: the ones the path held while nothing read it.
 // Files open already or finished are left out (by identity), and, with
-// head, the ones that start with its bytes: copies of what was read.
+// head, the ones that start with its bytes: copies of what was read. A
+// name that is another file once opened than when listed (logrotate
+// renamed meanwhile) makes it look again: opened by name, one file could
+// be read twice and another never.
 func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*source {
+	for try := 0; ; try++ {
+		out, names, moved := fl.rotatedAfterOnce(ref, head, written)
+		if moved && try < listTries {
+			for _, s := range out {
+				s.f.Close()
+			}
+			continue
+		}
+		if len(out) > 0 {
+			fl.log("log file rotated again while not read; shipping the files rotated in between first", "path", fl.path, "files", names)
+		}
+		return out
+	}
+}
+
+func (fl *follower) rotatedAfterOnce(ref rotRef, head []byte, written bool) (out []*source, names []string, moved bool) {
 	all := rotatedFrom(fl.path)
 	at := slices.IndexFunc(all, func(r rotatedFile) bool { return ref.ino != 0 && r.dev == ref.dev && r.ino == ref.ino })
-	var out []*source
-	var names []string
 	for _, r := range all {
 		if at >= 0 && fl.before(r, all[at]) || at < 0 && r.olderThan(ref) {
 			continue
 		}
-		f, err := openLog(r.path)
+		f, err := openCopy(r.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return out, names, true // removed since the listing (a plain copy, compressed)
+		}
 		if err != nil {
 			continue
+		}
+		if !isInode(f, r.dev, r.ino) {
+			f.Close()
+			return out, names, true
 		}
 		if fl.known(f) {
 			f.Close()
@@ -572,6 +674,7 @@ func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*sourc
 			b := make([]byte, len(head))
 			if n, _ := f.ReadAt(b, 0); n > 0 && bytes.Equal(b[:n], head[:n]) {
 				if id, err := identify(f); err == nil {
+					id.First = firstLine(f)
 					fl.remember(id)
 				}
 				f.Close()
@@ -585,10 +688,7 @@ func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*sourc
 		out = append(out, s)
 		names = append(names, filepath.Base(r.path))
 	}
-	if len(out) > 0 {
-		fl.log("log file rotated again while not read; shipping the files rotated in between first", "path", fl.path, "files", names)
-	}
-	return out
+	return out, names, false
 }
 
 // before: r was rotated before ref (or is ref): created before it, or,
@@ -611,21 +711,24 @@ func (fl *follower) before(r, ref rotatedFile) bool {
 	return false
 }
 
-// known: f is a file open already, or finished.
-func (fl *follower) known(f *os.File) bool {
-	for _, s := range append(fl.left[:len(fl.left):len(fl.left)], fl.live) {
-		if s != nil {
-			if same, _ := sameFile(f, s.id); same {
-				return true
-			}
-		}
+// known: f is a file open already, or finished. A compressed copy has an
+// inode of its own: it is known by its first line.
+func (fl *follower) known(f logFile) bool {
+	_, gz := f.(*gzFile)
+	first := ""
+	if gz {
+		first = firstLine(f)
 	}
-	for _, p := range fl.finished[:min(fl.nfin, len(fl.finished))] {
-		if same, _ := sameFile(f, p); same {
+	is := func(p Position) bool {
+		same, _ := sameFile(f, p)
+		return same || gz && p.First != "" && p.First == first
+	}
+	for _, s := range append(fl.left[:len(fl.left):len(fl.left)], fl.live) {
+		if s != nil && is(s.id) {
 			return true
 		}
 	}
-	return false
+	return slices.ContainsFunc(fl.finished[:min(fl.nfin, len(fl.finished))], is)
 }
 
 // split cuts b, read after the part s holds, into lines and pieces of at

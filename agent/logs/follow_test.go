@@ -2,7 +2,6 @@ package logs
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -329,17 +328,12 @@ func TestFollowRotatedTwiceWhileNotRead(t *testing.T) {
 		}, false, 100},
 		{"copytruncate, delaycompress", func(t *testing.T, log string, w *os.File) *os.File {
 			shift(log)
-			if b, err := os.ReadFile(log + ".2"); err == nil {
-				var z bytes.Buffer
-				zw := gzip.NewWriter(&z)
-				zw.Write(b)
-				zw.Close()
-				os.WriteFile(log+".2.gz", z.Bytes(), 0o644)
-				os.Remove(log + ".2")
+			if _, err := os.Stat(log + ".2"); err == nil {
+				compressTo(t, log+".2", log+".2.gz")
 			}
 			copyTruncate(log)
 			return w
-		}, false, 110},
+		}, false, 100},
 	} {
 		for _, restart := range []bool{false, true} {
 			if restart && tc.from != 100 {
@@ -405,6 +399,98 @@ func TestFollowCopyTruncateWindow(t *testing.T) {
 	os.Truncate(log, 0)
 	w.WriteString(lines(110, 120))
 	want(t, readAll(t, fl), 110, 120)
+}
+
+// readHook runs before its first read of a chunk (a read longer than a
+// head): what happens to the file between the follower's look and its
+// read.
+type readHook struct {
+	logFile
+	before func()
+}
+
+func (h *readHook) ReadAt(p []byte, off int64) (int, error) {
+	if h.before != nil && len(p) > headLen {
+		h.before()
+		h.before = nil
+	}
+	return h.logFile.ReadAt(p, off)
+}
+
+// copytruncate runs, and the service writes past the offset read, between
+// the follower's look at the file and its read: the bytes read are the new
+// file's, not the ones after the offset. They are not taken: the old
+// file's end is read from the copy, then the new file from its start.
+func TestFollowTruncatedBetweenLookAndRead(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	w := writer(t, log)
+	w.WriteString(lines(0, 100))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 100)
+	w.WriteString(lines(100, 200))
+	fl.live.f = &readHook{logFile: fl.live.f, before: func() {
+		b, _ := os.ReadFile(log)
+		os.WriteFile(log+".1", b, 0o644)
+		os.Truncate(log, 0)
+		w.WriteString(lines(300, 500)) // longer than the offset
+	}}
+	got := readAll(t, fl)
+	want(t, got[:min(len(got), 100)], 100, 200)
+	want(t, got[min(len(got), 100):], 300, 500)
+}
+
+// copytruncate rotates the file twice between two reads, the second time
+// before a byte of the file the first led to was read: that file (B) was
+// opened already (non-empty: identified by its head; or empty: by
+// nothing), and its bytes are only in the second copy. They are read,
+// whole, between the first copy's end and the live file (C).
+func TestFollowTruncatedBeforeRead(t *testing.T) {
+	for _, empty := range []bool{false, true} {
+		t.Run(fmt.Sprintf("opened empty=%v", empty), func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "app.log")
+			copyTruncate := func() {
+				if _, err := os.Stat(log + ".1"); err == nil {
+					renameFile(t, log+".1", log+".2")
+				}
+				b, _ := os.ReadFile(log)
+				os.WriteFile(log+".1", b, 0o644)
+				os.Truncate(log, 0)
+			}
+			w := writer(t, log)
+			w.WriteString(lines(0, 100))
+			fl := newFollower(log, 1024, nil)
+			defer fl.Close()
+			want(t, readAll(t, fl), 0, 100)
+			w.WriteString(lines(100, 200))
+			copyTruncate()
+			if !empty {
+				w.WriteString(lines(200, 300)) // B, before the look
+			}
+			// One read, as much as the first copy's rest: the live file
+			// is opened, and nothing of it read.
+			ls, err := readLines(fl, len(lines(100, 200)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, l := range ls {
+				got = append(got, string(l.Data))
+			}
+			want(t, got, 100, 200)
+			if fl.live == nil || fl.live.id.Offset != 0 || (fl.live.id.HeadLen == 0) != empty {
+				t.Fatalf("the live file is not open with nothing read, HeadLen %v: %+v", !empty, fl.live)
+			}
+			if empty {
+				w.WriteString(lines(200, 300)) // B, after the look
+			}
+			copyTruncate()
+			w.WriteString(lines(300, 310)) // C
+			want(t, readAll(t, fl), 200, 310)
+		})
+	}
 }
 
 // Positions saved in two files that had both left the path (a copy being

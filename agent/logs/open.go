@@ -72,8 +72,13 @@ func fileType(m uint32) string {
 }
 
 // birth is f's creation time (statx's btime), zero where the filesystem
-// does not keep one.
-func birth(f *os.File) time.Time {
+// does not keep one, and for a compressed copy: logrotate creates it a
+// rotation after the file held the path (delaycompress), so its birth
+// would order it after newer files; its mtime is the file's (kept).
+func birth(f logFile) time.Time {
+	if _, gz := f.(*gzFile); gz {
+		return time.Time{}
+	}
 	var stx unix.Statx_t
 	c, err := f.SyscallConn()
 	if err != nil {

@@ -52,7 +52,7 @@ type Position struct {
 
 // identify reads f's identity: device, inode, and the fingerprint of its
 // first bytes.
-func identify(f *os.File) (Position, error) {
+func identify(f logFile) (Position, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return Position{}, err
@@ -73,7 +73,7 @@ func identify(f *os.File) (Position, error) {
 
 // firstLine is First for f: the hash of its first line, or of its first
 // headLen bytes when they hold no newline (a long line's first piece).
-func firstLine(f *os.File) string {
+func firstLine(f io.ReaderAt) string {
 	b := make([]byte, headLen)
 	n, _ := f.ReadAt(b, 0)
 	b = b[:n]
@@ -91,7 +91,7 @@ func digest(b []byte) string {
 // sameFile says whether f is the file p describes: same device and inode,
 // and its first p.HeadLen bytes are the ones p saw (a file that grew past
 // them still matches; an inode reused by a new file does not).
-func sameFile(f *os.File, p Position) (bool, error) {
+func sameFile(f logFile, p Position) (bool, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return false, err
@@ -105,7 +105,7 @@ func sameFile(f *os.File, p Position) (bool, error) {
 
 // headMatches compares f's first p.HeadLen bytes with p's fingerprint,
 // whatever its inode (a copy made by copytruncate has another).
-func headMatches(f *os.File, p Position) (bool, error) {
+func headMatches(f io.ReaderAt, p Position) (bool, error) {
 	head := make([]byte, p.HeadLen)
 	n, err := f.ReadAt(head, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -115,7 +115,7 @@ func headMatches(f *os.File, p Position) (bool, error) {
 }
 
 // markAt is the marker of offset off in f: the hash of the bytes before it.
-func markAt(f *os.File, off int64) (string, error) {
+func markAt(f io.ReaderAt, off int64) (string, error) {
 	start := max(0, off-markLen)
 	b := make([]byte, off-start)
 	n, err := f.ReadAt(b, start)
@@ -212,18 +212,18 @@ type Found struct {
 	// Tail is the file holding the unshipped bytes after the saved offset
 	// (the same file, or the rotated copy it became); nil when none is
 	// left. TailFrom is where to read it from.
-	Tail     *os.File
+	Tail     logFile
 	TailFrom int64
 	// How says what happened: "same", "renamed to NAME", "truncated,
-	// copy NAME", "truncated", "gone".
+	// copy NAME", "compressed copy NAME", "truncated", "gone".
 	How string
 }
 
 // locate finds the file a saved position describes: at its path, or
 // renamed in the same directory (app.log -> app.log.1, any number of
 // rotations on), or, when the file at its path was truncated (copytruncate),
-// the copy holding its old bytes, found by the fingerprint of its head.
-// Compressed copies cannot be matched; their bytes are reported lost.
+// the copy holding its old bytes, found by the fingerprint of its head;
+// either may have been compressed since (gzip, read decompressed).
 func locate(p Position) (Found, error) {
 	dir := filepath.Dir(p.Path)
 	if f, err := openLog(p.Path); err == nil {
@@ -245,7 +245,7 @@ func locate(p Position) (Found, error) {
 			// Truncated (and perhaps written again): the old bytes, if
 			// anywhere, are in a copy.
 			if c := findCopy(dir, p, false); c != nil {
-				return Found{Tail: c, TailFrom: p.Offset, How: "truncated, copy " + filepath.Base(c.Name())}, nil
+				return Found{Tail: c, TailFrom: p.Offset, How: copyHow(c)}, nil
 			}
 			return Found{How: "truncated"}, nil
 		}
@@ -255,56 +255,149 @@ func locate(p Position) (Found, error) {
 		return Found{Tail: c, TailFrom: p.Offset, How: "renamed to " + filepath.Base(c.Name())}, nil
 	}
 	if c := findCopy(dir, p, false); c != nil {
-		return Found{Tail: c, TailFrom: p.Offset, How: "truncated, copy " + filepath.Base(c.Name())}, nil
+		return Found{Tail: c, TailFrom: p.Offset, How: copyHow(c)}, nil
 	}
 	return Found{How: "gone"}, nil
 }
 
+// copyHow is Found.How for a copy: made by copytruncate, or the
+// compressed copy of the file (renamed or copied first).
+func copyHow(c logFile) string {
+	if _, gz := c.(*gzFile); gz {
+		return "compressed copy " + filepath.Base(c.Name())
+	}
+	return "truncated, copy " + filepath.Base(c.Name())
+}
+
 // findCopy looks in dir for the file p was (byInode: same device and
-// inode, renamed) or a copy of it (its head and the marker at p's offset
-// match, another inode), long enough to hold p.Offset.
-func findCopy(dir string, p Position, byInode bool) *os.File {
+// inode, renamed, or the compressed file it became: logrotate keeps no
+// inode there, so by its content, as a copy) or a copy of it (its head and
+// the marker at p's offset match, another inode), long enough to hold
+// p.Offset. A name that is another file once opened than when listed
+// (logrotate renamed meanwhile) makes it look again.
+func findCopy(dir string, p Position, byInode bool) logFile {
+	for try := 0; ; try++ {
+		f, moved := findCopyOnce(dir, p, byInode)
+		if f != nil || !moved || try == listTries {
+			return f
+		}
+	}
+}
+
+func findCopyOnce(dir string, p Position, byInode bool) (_ logFile, moved bool) {
 	for _, e := range siblings(dir) {
-		path := filepath.Join(dir, e.Name())
+		path := filepath.Join(dir, e.name)
 		if path == p.Path && !byInode {
 			continue
 		}
-		f, err := openLog(path) // a FIFO among the siblings must not block
+		f, err := openCopy(path) // a FIFO among the siblings must not block
+		if errors.Is(err, fs.ErrNotExist) {
+			moved = true // removed since the listing (a plain copy, compressed)
+			continue
+		}
 		if err != nil {
+			continue
+		}
+		if !e.is(f) {
+			moved = true
+			f.Close()
 			continue
 		}
 		ok := false
 		if byInode {
 			ok, _ = sameFile(f, p)
-		} else if fi, err := f.Stat(); err == nil && fi.Size() >= p.Offset {
-			if h, _ := headMatches(f, p); h {
+		} else if h, _ := headMatches(f, p); h {
+			if fi, err := f.Stat(); err == nil && fi.Size() >= p.Offset {
 				m, _ := markAt(f, p.Offset)
 				ok = m == p.Mark || p.Offset == 0
 			}
 		}
 		if ok {
-			return f
+			return f, false
 		}
 		f.Close()
 	}
-	return nil
+	return nil, moved
 }
 
 // compressedExt are the names' endings of files compressed by logrotate
-// (compresscmd, compressext): their bytes are not lines, and a gzip file's
-// head could match a position of a file that was empty.
-var compressedExt = []string{".gz", ".xz", ".bz2", ".zst", ".lz4", ".lzma", ".lzo", ".Z", ".zip", ".br"}
+// (compresscmd, compressext) that are not read: their bytes are not lines.
+var compressedExt = []string{".xz", ".bz2", ".zst", ".lz4", ".lzma", ".lzo", ".Z", ".zip", ".br"}
+
+// sibling is a file of a directory as a listing saw it.
+type sibling struct {
+	name     string
+	info     fs.FileInfo // lstat's
+	dev, ino uint64
+}
+
+// is: f, opened by the sibling's name, is the file the listing saw.
+func (e sibling) is(f logFile) bool { return isInode(f, e.dev, e.ino) }
+
+// isInode: f is the file with this device and inode.
+func isInode(f logFile, dev, ino uint64) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && uint64(st.Dev) == dev && st.Ino == ino
+}
+
+// listTries bounds the looks again of findCopy and rotatedAfter when a
+// file moved under them; listFor how long siblings lists a directory that
+// keeps changing.
+const (
+	listTries = 5
+	listFor   = time.Second
+)
 
 // siblings are the regular files of dir that may hold a log file's bytes:
 // where a file that left its path is looked for, by findCopy and by
-// rotatedFrom. Compressed files are left out.
-func siblings(dir string) []fs.DirEntry {
-	ents, _ := os.ReadDir(dir)
-	out := ents[:0]
-	for _, e := range ents {
-		if e.Type().IsRegular() && !slices.ContainsFunc(compressedExt, func(x string) bool { return strings.HasSuffix(e.Name(), x) }) {
-			out = append(out, e)
+// rotatedFrom. Files other compressors made are left out, and so is a
+// gzip file while the file it is compressed from is still there (logrotate
+// removes it once the compressed copy is whole).
+// logrotate renames its files one by one (base.N to base.N+1, the oldest
+// first), and a directory read meanwhile can give one file under two names
+// and miss another: read whole again, or skipped. The directory is listed
+// until two listings in a row give each name the same inode (a rename
+// between them, or one seen mid-way, makes them differ), a millisecond
+// apart once they differed, for the renames to end.
+func siblings(dir string) []sibling {
+	deadline := time.Now().Add(listFor)
+	last := listOnce(dir)
+	for {
+		cur := listOnce(dir)
+		if slices.EqualFunc(cur, last, func(a, b sibling) bool { return a.name == b.name && a.dev == b.dev && a.ino == b.ino }) || time.Now().After(deadline) {
+			return cur
 		}
+		time.Sleep(time.Millisecond)
+		last = cur
+	}
+}
+
+func listOnce(dir string) []sibling {
+	ents, _ := os.ReadDir(dir)
+	names := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	var out []sibling
+	for _, e := range ents {
+		n := e.Name()
+		if !e.Type().IsRegular() || slices.ContainsFunc(compressedExt, func(x string) bool { return strings.HasSuffix(n, x) }) ||
+			strings.HasSuffix(n, gzExt) && names[strings.TrimSuffix(n, gzExt)] {
+			continue
+		}
+		fi, err := os.Lstat(filepath.Join(dir, n))
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			continue
+		}
+		out = append(out, sibling{name: n, info: fi, dev: uint64(st.Dev), ino: st.Ino})
 	}
 	return out
 }
@@ -325,20 +418,17 @@ func rotatedFrom(path string) []rotatedFile {
 	dir, base := filepath.Split(path)
 	var out []rotatedFile
 	for _, e := range siblings(dir) {
-		rest, ok := strings.CutPrefix(e.Name(), base)
+		rest, ok := strings.CutPrefix(e.name, base)
 		if !ok || len(rest) < 2 || !strings.ContainsAny(rest[:1], ".-_") || !strings.ContainsAny(rest, "0123456789") {
 			continue
 		}
-		fi, err := e.Info()
-		if err != nil {
-			continue
+		path := filepath.Join(dir, e.name)
+		name, gz := strings.CutSuffix(e.name, gzExt)
+		r := rotatedFile{path: path, n: rotationNumber(base, name), mtime: e.info.ModTime(), dev: e.dev, ino: e.ino}
+		if !gz {
+			r.born = birthAt(path) // see birth
 		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
-		out = append(out, rotatedFile{path: path, n: rotationNumber(base, e.Name()), mtime: fi.ModTime(), born: birthAt(path), dev: uint64(st.Dev), ino: st.Ino})
+		out = append(out, r)
 	}
 	slices.SortFunc(out, olderFirst)
 	return out

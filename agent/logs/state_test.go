@@ -5,7 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // position is where shipping of path stands after its first n bytes.
@@ -89,6 +92,37 @@ func TestLocate(t *testing.T) {
 			appendTo(t, log, lines(500, 700))
 		}, "gone", ""},
 		{"deleted", func(t *testing.T, log string) { os.Remove(log) }, "gone", ""},
+		{"renamed, then compressed", func(t *testing.T, log string) {
+			appendTo(t, log, lines(100, 110))
+			os.Rename(log, log+".1")
+			appendTo(t, log, lines(1000, 1150))
+			compressTo(t, log+".1", log+".2.gz")
+			os.Rename(log, log+".1")
+			appendTo(t, log, lines(0, 5))
+		}, "compressed copy app.log.2.gz", lines(100, 110)},
+		{"copytruncate, then compressed", func(t *testing.T, log string) {
+			appendTo(t, log, lines(100, 110))
+			b, _ := os.ReadFile(log)
+			os.WriteFile(log+".1", b, 0o644)
+			os.Truncate(log, 0)
+			appendTo(t, log, lines(1000, 1200))
+			compressTo(t, log+".1", log+".2.gz")
+		}, "compressed copy app.log.2.gz", lines(100, 110)},
+		{"compressed, being compressed", func(t *testing.T, log string) {
+			// logrotate removes the file once its compressed copy is
+			// whole: while both are there, the file is read.
+			appendTo(t, log, lines(100, 110))
+			os.Rename(log, log+".1")
+			b, _ := os.ReadFile(log + ".1")
+			os.WriteFile(log+".1.gz", gzipped(b)[:20], 0o644)
+		}, "renamed to app.log.1", lines(100, 110)},
+		{"compressed, cut short before the offset", func(t *testing.T, log string) {
+			appendTo(t, log, lines(100, 110))
+			b, _ := os.ReadFile(log)
+			z := gzipped(b)
+			os.WriteFile(log+".1.gz", z[:len(z)/2], 0o644)
+			os.Remove(log)
+		}, "gone", ""},
 		{"compressed away", func(t *testing.T, log string) {
 			os.Rename(log, log+".1.gz")
 			os.Truncate(log+".1.gz", 10)
@@ -206,4 +240,65 @@ func FuzzLoadState(f *testing.F) {
 			}
 		}
 	})
+}
+
+// compressTo compresses from to to, as logrotate's compress does, and
+// removes from.
+func compressTo(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, gzipped(b), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(from)
+}
+
+// logrotate renames its files one by one (app.log.N to app.log.N+1, the
+// oldest first) while the agent lists the directory: a listing holds each
+// file once, under the name it has then, however the reads interleave.
+func TestSiblingsWhileRenamed(t *testing.T) {
+	dir := t.TempDir()
+	const n = 300
+	want := map[uint64]bool{}
+	name := func(i int) string { return filepath.Join(dir, fmt.Sprintf("app.log.%d", i)) }
+	for i := 1; i <= n; i++ {
+		os.WriteFile(name(i), []byte(lines(i, i+1)), 0o644)
+		fi, _ := os.Stat(name(i))
+		want[fi.Sys().(*syscall.Stat_t).Ino] = true
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	var bursts atomic.Int64
+	go func() { // logrotate: one rotation's renames, then a quiet moment
+		defer close(done)
+		for {
+			for i := n; i >= 1; i-- {
+				os.Rename(name(i), name(i+1))
+			}
+			os.Rename(name(n+1), name(1)) // the set of files stays the same
+			bursts.Add(1)
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for k := 0; k < 200 || bursts.Load() < 20; k++ {
+		got := map[uint64]int{}
+		for _, e := range siblings(dir) {
+			got[e.ino]++
+		}
+		for ino, c := range got {
+			if c > 1 || !want[ino] {
+				t.Fatalf("listing %d: inode %d %d times (a file of the directory: %v)", k, ino, c, want[ino])
+			}
+		}
+		if len(got) != n {
+			t.Fatalf("listing %d: %d files of %d", k, len(got), n)
+		}
+	}
 }
