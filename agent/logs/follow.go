@@ -51,10 +51,8 @@ type source struct {
 	grew    bool      // between the last two looks
 	closeAt time.Time // done: kept open until then for a late write
 	// mtime is the file's when last looked at (the live file's: while it
-	// was not truncated); head its first bytes consumed, up to headLen:
-	// what tells a copy of it (copytruncate) from another file.
+	// was not truncated).
 	mtime time.Time
-	head  []byte
 	born  time.Time // creation time; zero where the filesystem keeps none
 }
 
@@ -200,12 +198,10 @@ func (fl *follower) open(f logFile, off int64, written bool) (*source, error) {
 		return nil, err
 	}
 	id.Path, id.Offset = fl.path, off
-	s := &source{f: f, id: id, written: written, head: make([]byte, min(off, int64(id.HeadLen)))}
+	s := &source{f: f, id: id, written: written}
 	start := max(0, off-markLen)
 	n, _ := f.ReadAt(s.tail.b[:off-start], start)
 	s.tail.n = n
-	n, _ = f.ReadAt(s.head, 0)
-	s.head = s.head[:n]
 	if fi, err := f.Stat(); err == nil {
 		s.size, s.mtime = fi.Size(), fi.ModTime()
 	}
@@ -480,13 +476,6 @@ func (fl *follower) truncation() (bool, error) {
 	}
 	if !truncated {
 		s.mtime = fi.ModTime()
-		if n := min(headLen, s.id.Offset); int64(len(s.head)) < n {
-			if int64(cap(s.head)) < n {
-				s.head = make([]byte, headLen)
-			}
-			k, _ := s.f.ReadAt(s.head[:n], 0)
-			s.head = s.head[:k]
-		}
 		return false, nil
 	}
 	p := s.id
@@ -520,9 +509,9 @@ func (fl *follower) truncation() (bool, error) {
 		return true, err
 	}
 	// Truncated more than once since the last look: the later copies
-	// follow, whole. A copy that starts with what was read is this
-	// file's, made after the last line read (logrotate's own window).
-	later := fl.rotatedAfter(ref, s.head, false)
+	// follow, whole; this file's copies not found above are shorter than
+	// what was read of it (logrotate's own window), and left out.
+	later := fl.rotatedAfter(ref, &p, false)
 	if len(later) > 0 {
 		ref = later[len(later)-1].ref()
 	}
@@ -628,13 +617,16 @@ func (fl *follower) remember(p Position) {
 // rotatedAfter opens the files rotated from the path after ref, oldest
 // first, to be read whole: the ones the path held while nothing read it.
 // Files open already or finished are left out (by identity), and, with
-// head, the ones that start with its bytes: copies of what was read. A
+// copyOf, the copies of that file (its head): copies made after its last
+// byte read, whose bytes were read from it (logrotate's own window). The
+// bytes read from a file are its head's, checked after each read
+// (unchanged). A
 // name that is another file once opened than when listed (logrotate
 // renamed meanwhile) makes it look again: opened by name, one file could
 // be read twice and another never.
-func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*source {
+func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, written bool) []*source {
 	for try := 0; ; try++ {
-		out, names, moved := fl.rotatedAfterOnce(ref, head, written)
+		out, names, moved := fl.rotatedAfterOnce(ref, copyOf, written)
 		if moved && try < listTries {
 			for _, s := range out {
 				s.f.Close()
@@ -648,7 +640,7 @@ func (fl *follower) rotatedAfter(ref rotRef, head []byte, written bool) []*sourc
 	}
 }
 
-func (fl *follower) rotatedAfterOnce(ref rotRef, head []byte, written bool) (out []*source, names []string, moved bool) {
+func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, written bool) (out []*source, names []string, moved bool) {
 	all := rotatedFrom(fl.path)
 	at := slices.IndexFunc(all, func(r rotatedFile) bool { return ref.ino != 0 && r.dev == ref.dev && r.ino == ref.ino })
 	for _, r := range all {
@@ -670,9 +662,8 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, head []byte, written bool) (out
 			f.Close()
 			continue
 		}
-		if len(head) > 0 {
-			b := make([]byte, len(head))
-			if n, _ := f.ReadAt(b, 0); n > 0 && bytes.Equal(b[:n], head[:n]) {
+		if copyOf != nil && copyOf.HeadLen > 0 {
+			if same, _ := headMatches(f, *copyOf); same {
 				if id, err := identify(f); err == nil {
 					id.First = firstLine(f)
 					fl.remember(id)

@@ -3,6 +3,7 @@ package logs
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -401,20 +402,55 @@ func TestFollowCopyTruncateWindow(t *testing.T) {
 	want(t, readAll(t, fl), 110, 120)
 }
 
-// readHook runs before its first read of a chunk (a read longer than a
-// head): what happens to the file between the follower's look and its
-// read.
+// readHook runs before before its first read of a chunk (a read longer
+// than a head), and after at the first look (Stat) after one: what happens
+// to the file between the follower's look and its read, or its read and
+// its next look.
 type readHook struct {
 	logFile
-	before func()
+	before, after func()
+	read          bool
 }
 
 func (h *readHook) ReadAt(p []byte, off int64) (int, error) {
-	if h.before != nil && len(p) > headLen {
-		h.before()
-		h.before = nil
+	if len(p) > headLen {
+		if h.before != nil {
+			h.before()
+			h.before = nil
+		}
+		h.read = true
 	}
 	return h.logFile.ReadAt(p, off)
+}
+
+func (h *readHook) Stat() (fs.FileInfo, error) {
+	if h.read && h.after != nil {
+		h.after()
+		h.after = nil
+	}
+	return h.logFile.Stat()
+}
+
+// copytruncate copied the file, the service wrote more, the follower read
+// all of it in its first read, and the file was truncated before the next
+// look: the copy holds only bytes read (logrotate's window). It is not
+// read again, however the file's first bytes were read.
+func TestFollowCopyTruncateWindowFirstRead(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	w := writer(t, log)
+	w.WriteString(lines(0, 100))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	if _, err := fl.Read(0, func(Line) bool { return true }); err != nil || fl.live == nil {
+		t.Fatalf("the live file is not open: %v", err)
+	}
+	fl.live.f = &readHook{logFile: fl.live.f, after: func() {
+		os.WriteFile(log+".1", []byte(lines(0, 90)), 0o644)
+		os.Truncate(log, 0)
+		w.WriteString(lines(100, 110))
+	}}
+	want(t, readAll(t, fl), 0, 110)
 }
 
 // copytruncate runs, and the service writes past the offset read, between
