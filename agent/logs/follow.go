@@ -587,6 +587,11 @@ const maxLeft = 16
 // finish closes s, read to its end, and remembers it: a scan starts after
 // it, and does not read it again.
 func (fl *follower) finish(s *source) {
+	if s.id.First == "" {
+		// No line read from it (a copy whose unread end was empty): its
+		// first line is still what knows it once compressed (known).
+		s.id.First = firstLine(s.f)
+	}
 	if g, ok := s.f.(*gzFile); ok && g.err != nil {
 		fl.log("compressed log file ends early; shipped what it holds", "path", fl.path, "file", g.Name(), "bytes", g.size, "error", g.err)
 	}

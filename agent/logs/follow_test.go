@@ -771,3 +771,28 @@ func TestFollowOldFileBeforeNewBytes(t *testing.T) {
 	}
 	want(t, got, 10, 22)
 }
+
+// copytruncate copied what was all read: the copy is found and finished
+// with nothing read from it. Compressed later (an inode of its own, its
+// mtime kept), it is still known, and not read again when the next file,
+// opened empty, gets its first lines.
+func TestFollowCompressedCopyOfWhatWasRead(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	w := writer(t, log)
+	w.WriteString(lines(0, 100))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 100)
+	b, _ := os.ReadFile(log)
+	os.WriteFile(log+".1", b, 0o644)
+	os.Truncate(log, 0)
+	if got := readAll(t, fl); len(got) != 0 {
+		t.Fatalf("read %d lines from a copy of what was read", len(got))
+	}
+	fi, _ := os.Stat(log + ".1")
+	compressTo(t, log+".1", log+".2.gz")
+	os.Chtimes(log+".2.gz", fi.ModTime(), fi.ModTime()) // as logrotate keeps it
+	w.WriteString(lines(100, 110))
+	want(t, readAll(t, fl), 100, 110)
+}
