@@ -315,7 +315,7 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 			// the look is the live file, read as such.
 			if fl.scan {
 				fl.scan = false
-				if more := fl.rotatedAfter(fl.last, nil, true); len(more) > 0 {
+				if more := fl.rotatedAfter(fl.last, nil, nil, true); len(more) > 0 {
 					fl.left = append(fl.left, more...)
 					slices.SortStableFunc(fl.left, func(a, b *source) int { return olderFirst(a.rotated(), b.rotated()) })
 					continue
@@ -511,7 +511,7 @@ func (fl *follower) truncation() (bool, error) {
 	// Truncated more than once since the last look: the later copies
 	// follow, whole; this file's copies not found above are shorter than
 	// what was read of it (logrotate's own window), and left out.
-	later := fl.rotatedAfter(ref, &p, false)
+	later := fl.rotatedAfter(ref, &p, &fl.live.id, false)
 	if len(later) > 0 {
 		ref = later[len(later)-1].ref()
 	}
@@ -533,7 +533,7 @@ func (fl *follower) tookFirst(s *source) (bool, error) {
 	if fl.copied.ino == 0 && fl.copied.mtime.IsZero() {
 		return false, nil // no copy read in this run: nothing to start after
 	}
-	later := fl.rotatedAfter(fl.copied, nil, false)
+	later := fl.rotatedAfter(fl.copied, nil, &s.id, false)
 	if len(later) == 0 {
 		return false, nil
 	}
@@ -625,13 +625,15 @@ func (fl *follower) remember(p Position) {
 // copyOf, the copies of that file (its head): copies made after its last
 // byte read, whose bytes were read from it (logrotate's own window). The
 // bytes read from a file are its head's, checked after each read
-// (unchanged). A
+// (unchanged). So are the copies of the live file as it was opened
+// (live): copied and truncated already, it is seen truncated at the next
+// look, which reads its copy then; read now too, it would be read twice. A
 // name that is another file once opened than when listed (logrotate
 // renamed meanwhile) makes it look again: opened by name, one file could
 // be read twice and another never.
-func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, written bool) []*source {
+func (fl *follower) rotatedAfter(ref rotRef, copyOf, live *Position, written bool) []*source {
 	for try := 0; ; try++ {
-		out, names, moved := fl.rotatedAfterOnce(ref, copyOf, written)
+		out, names, moved := fl.rotatedAfterOnce(ref, copyOf, live, written)
 		if moved && try < listTries {
 			for _, s := range out {
 				s.f.Close()
@@ -645,7 +647,7 @@ func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, written bool) []*
 	}
 }
 
-func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, written bool) (out []*source, names []string, moved bool) {
+func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf, live *Position, written bool) (out []*source, names []string, moved bool) {
 	all := rotatedFrom(fl.path)
 	at := slices.IndexFunc(all, func(r rotatedFile) bool { return ref.ino != 0 && r.dev == ref.dev && r.ino == ref.ino })
 	for _, r := range all {
@@ -674,6 +676,12 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, written bool)
 					fl.remember(id)
 				}
 				f.Close()
+				continue
+			}
+		}
+		if live != nil && live.HeadLen > 0 {
+			if same, _ := headMatches(f, *live); same {
+				f.Close() // the live file's own copy: its truncation is seen next, and reads it
 				continue
 			}
 		}

@@ -410,6 +410,8 @@ type readHook struct {
 	logFile
 	before, after func()
 	read          bool
+	// afterHead runs after the first read of the file's head (identify).
+	afterHead func()
 }
 
 func (h *readHook) ReadAt(p []byte, off int64) (int, error) {
@@ -420,7 +422,12 @@ func (h *readHook) ReadAt(p []byte, off int64) (int, error) {
 		}
 		h.read = true
 	}
-	return h.logFile.ReadAt(p, off)
+	n, err := h.logFile.ReadAt(p, off)
+	if len(p) == headLen && off == 0 && h.afterHead != nil {
+		h.afterHead()
+		h.afterHead = nil
+	}
+	return n, err
 }
 
 func (h *readHook) Stat() (fs.FileInfo, error) {
@@ -795,4 +802,34 @@ func TestFollowCompressedCopyOfWhatWasRead(t *testing.T) {
 	os.Chtimes(log+".2.gz", fi.ModTime(), fi.ModTime()) // as logrotate keeps it
 	w.WriteString(lines(100, 110))
 	want(t, readAll(t, fl), 100, 110)
+}
+
+// The live file, opened empty after a truncation, gets its first lines
+// (B) and is identified by them; logrotate copies and truncates it right
+// then, before the follower looks for copies made meanwhile. B's copy is
+// read once: when the live file is seen truncated, not also as a copy
+// made meanwhile.
+func TestFollowLiveCopiedWhileIdentified(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	w := writer(t, log)
+	w.WriteString(lines(0, 100))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 100)
+	b, _ := os.ReadFile(log)
+	os.WriteFile(log+".1", b, 0o644)
+	os.Truncate(log, 0)
+	if got := readAll(t, fl); len(got) != 0 || fl.live == nil || fl.live.id.HeadLen != 0 {
+		t.Fatalf("read %d lines; want none, and the live file open empty", len(got))
+	}
+	w.WriteString(lines(100, 200))
+	fl.live.f = &readHook{logFile: fl.live.f, afterHead: func() {
+		renameFile(t, log+".1", log+".2")
+		b, _ := os.ReadFile(log)
+		os.WriteFile(log+".1", b, 0o644)
+		os.Truncate(log, 0)
+		w.WriteString(lines(200, 210))
+	}}
+	want(t, readAll(t, fl), 100, 210)
 }

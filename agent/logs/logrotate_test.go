@@ -306,7 +306,7 @@ func TestShipUnderLogrotate(t *testing.T) {
 			}
 			// A failure repeats at most the batch not acknowledged.
 			if batch := int64(cfg.BatchBytes / 60); int64(a.dups) > fails*batch {
-				t.Errorf("%d duplicates for %d failures", a.dups, fails)
+				t.Errorf("%d duplicates for %d failures: lines %v", a.dups, fails, a.dupRuns)
 			}
 			if rotations < 20 {
 				t.Fatalf("only %d rotations: the test did not test rotation", rotations)
@@ -322,6 +322,7 @@ type arrivals struct {
 	last       map[string]int // by file: the highest line number
 	max        int
 	dups       int
+	dupRuns    [][2]int // the duplicates' line numbers, as runs
 	lateInFile int   // a line that comes after a later one of its file
 	late       int   // after a later one of any file
 	torn       int   // the start of a line
@@ -346,6 +347,11 @@ func (a *arrivals) add(id, l string) bool {
 		return true
 	case a.count[n] > 0:
 		a.dups++
+		if k := len(a.dupRuns); k > 0 && a.dupRuns[k-1][1] == n-1 {
+			a.dupRuns[k-1][1] = n
+		} else if k < 20 {
+			a.dupRuns = append(a.dupRuns, [2]int{n, n})
+		}
 	default:
 		if l, ok := a.last[id]; ok && n < l {
 			a.lateInFile++
