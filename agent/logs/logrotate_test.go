@@ -323,10 +323,10 @@ type arrivals struct {
 	max        int
 	dups       int
 	dupRuns    [][2]int // the duplicates' line numbers, as runs
-	lateInFile int   // a line that comes after a later one of its file
-	late       int   // after a later one of any file
-	torn       int   // the start of a line
-	tornAt     []int // their numbers, when known
+	lateInFile int      // a line that comes after a later one of its file
+	late       int      // after a later one of any file
+	torn       int      // the start of a line
+	tornAt     []int    // their numbers, when known
 }
 
 func newArrivals(total int) *arrivals {
