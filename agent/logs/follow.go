@@ -127,6 +127,16 @@ type rotRef struct {
 	dev, ino    uint64
 }
 
+// is: r is the file ref was taken from. An inode is reused once its file
+// is gone (a copy compressed, then removed, and the next copy made), so the
+// creation time must match too where both are kept.
+func (ref rotRef) is(r rotatedFile) bool {
+	if ref.ino == 0 || r.dev != ref.dev || r.ino != ref.ino {
+		return false
+	}
+	return ref.born.IsZero() || r.born.IsZero() || ref.born.Equal(r.born)
+}
+
 func (s *source) ref() rotRef {
 	return rotRef{mtime: s.mtime, born: s.born, dev: s.id.Dev, ino: s.id.Ino}
 }
@@ -649,7 +659,7 @@ func (fl *follower) rotatedAfter(ref rotRef, copyOf, live *Position, written boo
 
 func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf, live *Position, written bool) (out []*source, names []string, moved bool) {
 	all := rotatedFrom(fl.path)
-	at := slices.IndexFunc(all, func(r rotatedFile) bool { return ref.ino != 0 && r.dev == ref.dev && r.ino == ref.ino })
+	at := slices.IndexFunc(all, ref.is)
 	for _, r := range all {
 		if at >= 0 && fl.before(r, all[at]) || at < 0 && r.olderThan(ref) {
 			continue
