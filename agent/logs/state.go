@@ -285,7 +285,12 @@ func findCopy(dir string, p Position, byInode bool) logFile {
 }
 
 func findCopyOnce(dir string, p Position, byInode bool) (_ logFile, moved bool) {
-	for _, e := range siblings(dir) {
+	sibs := siblings(dir)
+	// The newest first: a copy of the file being read is among the last
+	// made, found before logrotate's next renames (every gzip file is
+	// opened to look at its head).
+	slices.SortStableFunc(sibs, func(a, b sibling) int { return b.info.ModTime().Compare(a.info.ModTime()) })
+	for _, e := range sibs {
 		path := filepath.Join(dir, e.name)
 		if path == p.Path && !byInode {
 			continue
