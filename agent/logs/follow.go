@@ -521,7 +521,7 @@ func (fl *follower) truncation() (bool, error) {
 	// Truncated more than once since the last look: the later copies
 	// follow, whole; this file's copies not found above are shorter than
 	// what was read of it (logrotate's own window), and left out.
-	later := fl.rotatedAfter(ref, &p, &fl.live.id, false)
+	later := fl.rotatedAfter(ref, &p, fl.live, false)
 	if len(later) > 0 {
 		ref = later[len(later)-1].ref()
 	}
@@ -543,7 +543,7 @@ func (fl *follower) tookFirst(s *source) (bool, error) {
 	if fl.copied.ino == 0 && fl.copied.mtime.IsZero() {
 		return false, nil // no copy read in this run: nothing to start after
 	}
-	later := fl.rotatedAfter(fl.copied, nil, &s.id, false)
+	later := fl.rotatedAfter(fl.copied, nil, s, false)
 	if len(later) == 0 {
 		return false, nil
 	}
@@ -635,13 +635,12 @@ func (fl *follower) remember(p Position) {
 // copyOf, the copies of that file (its head): copies made after its last
 // byte read, whose bytes were read from it (logrotate's own window). The
 // bytes read from a file are its head's, checked after each read
-// (unchanged). So are the copies of the live file as it was opened
-// (live): copied and truncated already, it is seen truncated at the next
-// look, which reads its copy then; read now too, it would be read twice. A
-// name that is another file once opened than when listed (logrotate
+// (unchanged). So are the copies of the live file (ofLive): it is seen
+// truncated at a later look, which reads its copy then; read now too, it
+// would be read twice. A name that is another file once opened than when listed (logrotate
 // renamed meanwhile) makes it look again: opened by name, one file could
 // be read twice and another never.
-func (fl *follower) rotatedAfter(ref rotRef, copyOf, live *Position, written bool) []*source {
+func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, live *source, written bool) []*source {
 	for try := 0; ; try++ {
 		out, names, moved := fl.rotatedAfterOnce(ref, copyOf, live, written)
 		if moved && try < listTries {
@@ -657,7 +656,7 @@ func (fl *follower) rotatedAfter(ref rotRef, copyOf, live *Position, written boo
 	}
 }
 
-func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf, live *Position, written bool) (out []*source, names []string, moved bool) {
+func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source, written bool) (out []*source, names []string, moved bool) {
 	all := rotatedFrom(fl.path)
 	at := slices.IndexFunc(all, ref.is)
 	for _, r := range all {
@@ -689,11 +688,9 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf, live *Position, written
 				continue
 			}
 		}
-		if live != nil && live.HeadLen > 0 {
-			if same, _ := headMatches(f, *live); same {
-				f.Close() // the live file's own copy: its truncation is seen next, and reads it
-				continue
-			}
+		if live != nil && ofLive(f, live) {
+			f.Close() // its truncation, seen at a later look, reads it
+			continue
 		}
 		s, err := fl.open(f, 0, written)
 		if err != nil {
@@ -703,6 +700,27 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf, live *Position, written
 		names = append(names, filepath.Base(r.path))
 	}
 	return out, names, false
+}
+
+// ofLive: f is a copy of the live file: of the bytes it was identified by
+// (copied and truncated already: copytruncate while it was identified), or
+// of the bytes it holds now. The latter includes logrotate's copy in
+// progress, whose bytes so far (none at first) are the live file's first:
+// taken as a copy made meanwhile, it would be read once filled, and again
+// when the live file's truncation leads to it.
+func ofLive(f logFile, live *source) bool {
+	if live.id.HeadLen > 0 {
+		if same, _ := headMatches(f, live.id); same {
+			return true
+		}
+	}
+	a, b := make([]byte, headLen), make([]byte, headLen)
+	n, err := f.ReadAt(a, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false
+	}
+	m, err := live.f.ReadAt(b[:n], 0)
+	return m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:n])
 }
 
 // before: r was rotated before ref (or is ref): created before it, or,

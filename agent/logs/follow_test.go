@@ -65,6 +65,32 @@ func writer(t *testing.T, path string) *os.File {
 	return f
 }
 
+// copyTruncate does what logrotate's copytruncate does to log: copies it
+// to log.1, then truncates it.
+func copyTruncate(log string) {
+	b, _ := os.ReadFile(log)
+	os.WriteFile(log+".1", b, 0o644)
+	os.Truncate(log, 0)
+}
+
+// readThenCopied starts the copy cases: app.log's lines 0-100 are read,
+// then it is copied and truncated. The copy holds nothing unread, and the
+// live file is open, empty.
+func readThenCopied(t *testing.T) (log string, w *os.File, fl *follower) {
+	t.Helper()
+	log = filepath.Join(t.TempDir(), "app.log")
+	w = writer(t, log)
+	w.WriteString(lines(0, 100))
+	fl = newFollower(log, 1024, nil)
+	t.Cleanup(fl.Close)
+	want(t, readAll(t, fl), 0, 100)
+	copyTruncate(log)
+	if got := readAll(t, fl); len(got) != 0 || fl.live == nil || fl.live.id.HeadLen != 0 {
+		t.Fatalf("read %d lines from a copy of what was read; want none, and the live file open empty", len(got))
+	}
+	return log, w, fl
+}
+
 func TestFollowAppendsAndPartialLines(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "app.log")
 	fl := newFollower(log, 1024, nil)
@@ -156,9 +182,7 @@ func TestFollowCopyTruncate(t *testing.T) {
 			defer fl.Close()
 			want(t, readAll(t, fl), 0, 100)
 			w.WriteString(lines(100, 110))
-			b, _ := os.ReadFile(log)
-			os.WriteFile(log+".1", b, 0o644)
-			os.Truncate(log, 0)
+			copyTruncate(log)
 			w.WriteString(lines(1000, 1000+after))
 			got := readAll(t, fl)
 			want(t, got[:10], 100, 110)
@@ -302,11 +326,6 @@ func TestFollowRotatedTwiceWhileNotRead(t *testing.T) {
 		for i := 5; i >= 1; i-- {
 			os.Rename(fmt.Sprintf("%s.%d", log, i), fmt.Sprintf("%s.%d", log, i+1))
 		}
-	}
-	copyTruncate := func(log string) {
-		b, _ := os.ReadFile(log)
-		os.WriteFile(log+".1", b, 0o644)
-		os.Truncate(log, 0)
 	}
 	for _, tc := range []struct {
 		name string
@@ -475,9 +494,7 @@ func TestFollowTruncatedBetweenLookAndRead(t *testing.T) {
 	want(t, readAll(t, fl), 0, 100)
 	w.WriteString(lines(100, 200))
 	fl.live.f = &readHook{logFile: fl.live.f, before: func() {
-		b, _ := os.ReadFile(log)
-		os.WriteFile(log+".1", b, 0o644)
-		os.Truncate(log, 0)
+		copyTruncate(log)
 		w.WriteString(lines(300, 500)) // longer than the offset
 	}}
 	got := readAll(t, fl)
@@ -495,13 +512,11 @@ func TestFollowTruncatedBeforeRead(t *testing.T) {
 		t.Run(fmt.Sprintf("opened empty=%v", empty), func(t *testing.T) {
 			dir := t.TempDir()
 			log := filepath.Join(dir, "app.log")
-			copyTruncate := func() {
+			rotate := func() {
 				if _, err := os.Stat(log + ".1"); err == nil {
 					renameFile(t, log+".1", log+".2")
 				}
-				b, _ := os.ReadFile(log)
-				os.WriteFile(log+".1", b, 0o644)
-				os.Truncate(log, 0)
+				copyTruncate(log)
 			}
 			w := writer(t, log)
 			w.WriteString(lines(0, 100))
@@ -509,7 +524,7 @@ func TestFollowTruncatedBeforeRead(t *testing.T) {
 			defer fl.Close()
 			want(t, readAll(t, fl), 0, 100)
 			w.WriteString(lines(100, 200))
-			copyTruncate()
+			rotate()
 			if !empty {
 				w.WriteString(lines(200, 300)) // B, before the look
 			}
@@ -530,7 +545,7 @@ func TestFollowTruncatedBeforeRead(t *testing.T) {
 			if empty {
 				w.WriteString(lines(200, 300)) // B, after the look
 			}
-			copyTruncate()
+			rotate()
 			w.WriteString(lines(300, 310)) // C
 			want(t, readAll(t, fl), 200, 310)
 		})
@@ -785,19 +800,7 @@ func TestFollowOldFileBeforeNewBytes(t *testing.T) {
 // mtime kept), it is still known, and not read again when the next file,
 // opened empty, gets its first lines.
 func TestFollowCompressedCopyOfWhatWasRead(t *testing.T) {
-	dir := t.TempDir()
-	log := filepath.Join(dir, "app.log")
-	w := writer(t, log)
-	w.WriteString(lines(0, 100))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 100)
-	b, _ := os.ReadFile(log)
-	os.WriteFile(log+".1", b, 0o644)
-	os.Truncate(log, 0)
-	if got := readAll(t, fl); len(got) != 0 {
-		t.Fatalf("read %d lines from a copy of what was read", len(got))
-	}
+	log, w, fl := readThenCopied(t)
 	fi, _ := os.Stat(log + ".1")
 	compressTo(t, log+".1", log+".2.gz")
 	os.Chtimes(log+".2.gz", fi.ModTime(), fi.ModTime()) // as logrotate keeps it
@@ -811,25 +814,11 @@ func TestFollowCompressedCopyOfWhatWasRead(t *testing.T) {
 // read once: when the live file is seen truncated, not also as a copy
 // made meanwhile.
 func TestFollowLiveCopiedWhileIdentified(t *testing.T) {
-	dir := t.TempDir()
-	log := filepath.Join(dir, "app.log")
-	w := writer(t, log)
-	w.WriteString(lines(0, 100))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 100)
-	b, _ := os.ReadFile(log)
-	os.WriteFile(log+".1", b, 0o644)
-	os.Truncate(log, 0)
-	if got := readAll(t, fl); len(got) != 0 || fl.live == nil || fl.live.id.HeadLen != 0 {
-		t.Fatalf("read %d lines; want none, and the live file open empty", len(got))
-	}
+	log, w, fl := readThenCopied(t)
 	w.WriteString(lines(100, 200))
 	fl.live.f = &readHook{logFile: fl.live.f, afterHead: func() {
 		renameFile(t, log+".1", log+".2")
-		b, _ := os.ReadFile(log)
-		os.WriteFile(log+".1", b, 0o644)
-		os.Truncate(log, 0)
+		copyTruncate(log)
 		w.WriteString(lines(200, 210))
 	}}
 	want(t, readAll(t, fl), 100, 210)
@@ -838,26 +827,12 @@ func TestFollowLiveCopiedWhileIdentified(t *testing.T) {
 // The copy read last (X) is compressed and removed, and the next copy (Y,
 // lines written since) gets X's inode: Y is read, not taken for X.
 func TestFollowCopyInodeReused(t *testing.T) {
-	dir := t.TempDir()
-	log := filepath.Join(dir, "app.log")
-	w := writer(t, log)
-	w.WriteString(lines(0, 100))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 100)
-	b, _ := os.ReadFile(log)
-	os.WriteFile(log+".1", b, 0o644)
-	os.Truncate(log, 0)
-	if got := readAll(t, fl); len(got) != 0 {
-		t.Fatalf("read %d lines from a copy of what was read", len(got))
-	}
+	log, w, fl := readThenCopied(t)
 	x, _ := os.Stat(log + ".1")
 	compressTo(t, log+".1", log+".2.gz")
 	os.Chtimes(log+".2.gz", x.ModTime(), x.ModTime())
 	w.WriteString(lines(100, 200))
-	b, _ = os.ReadFile(log)
-	os.WriteFile(log+".1", b, 0o644) // Y
-	os.Truncate(log, 0)
+	copyTruncate(log) // Y
 	w.WriteString(lines(200, 210))
 	if y, _ := os.Stat(log + ".1"); !os.SameFile(x, y) {
 		// ext4 hands the inode freed last to the next file; another
@@ -865,4 +840,38 @@ func TestFollowCopyInodeReused(t *testing.T) {
 		t.Skipf("the filesystem did not give the removed copy's inode to the next one (%d, %d)", x.Sys().(*syscall.Stat_t).Ino, y.Sys().(*syscall.Stat_t).Ino)
 	}
 	want(t, readAll(t, fl), 100, 210)
+}
+
+// logrotate has begun its next copy (app.log.1 made, nothing in it yet)
+// when the follower, seeing the last truncation, looks for copies made
+// since: the empty file is the live file's copy in progress, not one made
+// meanwhile. Taken as one, it was read once filled, and read again as the
+// live file's copy when the live file was seen truncated.
+func TestFollowCopyInProgress(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	w := writer(t, log)
+	w.WriteString(lines(0, 100))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 100)
+	w.WriteString(lines(100, 200))
+	copyTruncate(log) // A: its end, 100-200, unread
+	w.WriteString(lines(200, 300))
+	renameFile(t, log+".1", log+".2")
+	os.WriteFile(log+".1", nil, 0o644) // B's copy, begun
+	// One read, half of A's end: the live file (B) is opened, and the
+	// copies made since A's looked for.
+	ls, err := readLines(fl, len(lines(100, 150)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range ls {
+		got = append(got, string(l.Data))
+	}
+	want(t, got, 100, 150)
+	copyTruncate(log) // B's copy done, into the file begun
+	w.WriteString(lines(300, 310))
+	want(t, readAll(t, fl), 150, 310)
 }
