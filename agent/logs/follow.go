@@ -299,6 +299,16 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 				fl.log("too many rotated log files kept open for their writers: done with the oldest quiet one", "path", fl.path, "files", len(fl.left))
 			}
 			stop := false
+			// A line begun in the live file before its truncation goes
+			// on in the copy only as far as the copy holds it: bytes read
+			// after logrotate's copy are in no file (its window), not the
+			// copy's end.
+			if held := s.size - s.id.Offset; held < int64(len(s.part)) {
+				s.part = s.part[:0]
+				if held > 0 {
+					s.part = s.part[:held]
+				}
+			}
 			if len(s.part) > 0 {
 				fl.log("a rotated log file ends with a line not ended; shipping it as it is", "path", fl.path, "bytes", len(s.part))
 				stop = !fl.emit(s, s.part, len(s.part), false, fn)

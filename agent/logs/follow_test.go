@@ -875,3 +875,38 @@ func TestFollowCopyInProgress(t *testing.T) {
 	w.WriteString(lines(300, 310))
 	want(t, readAll(t, fl), 150, 310)
 }
+
+// The service's write of a line is seen half done; logrotate's copy was
+// made before the rest came, or before any of it, then the file truncated:
+// the line is in logrotate's window. What is shipped of it is what the
+// copy holds (a copy that ends inside a line ships that piece, as any
+// file that ends so), not the half read from the live file: that is in no
+// file.
+func TestFollowPartPastTheCopy(t *testing.T) {
+	half := strings.TrimSuffix(lines(100, 101), "\n")[:40]
+	for _, held := range []int{0, 12} {
+		t.Run(fmt.Sprintf("copy holds %d bytes of it", held), func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "app.log")
+			w := writer(t, log)
+			w.WriteString(lines(0, 100) + half)
+			fl := newFollower(log, 1024, nil)
+			defer fl.Close()
+			want(t, readAll(t, fl), 0, 100)
+			if fl.live == nil || string(fl.live.part) != half {
+				t.Fatalf("the half line is not held: %+v", fl.live)
+			}
+			os.WriteFile(log+".1", []byte(lines(0, 100)+half[:held]), 0o644)
+			os.Truncate(log, 0)
+			w.WriteString(lines(200, 210))
+			got := readAll(t, fl)
+			if held > 0 {
+				if len(got) == 0 || got[0] != half[:held] {
+					t.Fatalf("the copy's last piece: got %.80q, want %q", got, half[:held])
+				}
+				got = got[1:]
+			}
+			want(t, got, 200, 210)
+		})
+	}
+}
