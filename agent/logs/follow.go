@@ -128,13 +128,15 @@ type rotRef struct {
 }
 
 // is: r is the file ref was taken from. An inode is reused once its file
-// is gone (a copy compressed, then removed, and the next copy made), so the
-// creation time must match too where both are kept.
+// is gone (a copy compressed, then removed, and the next copy, or the next
+// compressed copy, made), so the creation time must match too where both
+// are kept. A compressed copy keeps none (birth): one with the inode of a
+// file that has one is another file.
 func (ref rotRef) is(r rotatedFile) bool {
-	if ref.ino == 0 || r.dev != ref.dev || r.ino != ref.ino {
+	if ref.ino == 0 || r.dev != ref.dev || r.ino != ref.ino || ref.born.IsZero() != r.born.IsZero() {
 		return false
 	}
-	return ref.born.IsZero() || r.born.IsZero() || ref.born.Equal(r.born)
+	return ref.born.Equal(r.born)
 }
 
 func (s *source) ref() rotRef {
@@ -647,9 +649,9 @@ func (fl *follower) remember(p Position) {
 // bytes read from a file are its head's, checked after each read
 // (unchanged). So are the copies of the live file (ofLive): it is seen
 // truncated at a later look, which reads its copy then; read now too, it
-// would be read twice. A name that is another file once opened than when listed (logrotate
-// renamed meanwhile) makes it look again: opened by name, one file could
-// be read twice and another never.
+// would be read twice. A name that is another file once opened than when
+// listed (logrotate renamed meanwhile) makes it look again: opened by
+// name, one file could be read twice and another never.
 func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, live *source, written bool) []*source {
 	for try := 0; ; try++ {
 		out, names, moved := fl.rotatedAfterOnce(ref, copyOf, live, written)
@@ -658,6 +660,9 @@ func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, live *source, wri
 				s.f.Close()
 			}
 			continue
+		}
+		if moved {
+			fl.log("log files kept being renamed while the files rotated in between were looked for; the ones after the last shipped here may be missed", "path", fl.path, "tries", try+1)
 		}
 		if len(out) > 0 {
 			fl.log("log file rotated again while not read; shipping the files rotated in between first", "path", fl.path, "files", names)
