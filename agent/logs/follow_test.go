@@ -20,17 +20,26 @@ func readAll(t *testing.T, fl *follower) []string {
 	t.Helper()
 	var got []string
 	for {
-		ls, err := readLines(fl, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ls := readOnce(t, fl, 1<<20)
 		if len(ls) == 0 {
 			return got
 		}
-		for _, l := range ls {
-			got = append(got, string(l.Data))
-		}
+		got = append(got, ls...)
 	}
+}
+
+// readOnce makes one Read of at most max bytes, its lines as strings.
+func readOnce(t *testing.T, fl *follower, max int) []string {
+	t.Helper()
+	ls, err := readLines(fl, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range ls {
+		got = append(got, string(l.Data))
+	}
+	return got
 }
 
 // readLines is one Read, its lines kept (their Data copied).
@@ -530,15 +539,7 @@ func TestFollowTruncatedBeforeRead(t *testing.T) {
 			}
 			// One read, as much as the first copy's rest: the live file
 			// is opened, and nothing of it read.
-			ls, err := readLines(fl, len(lines(100, 200)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, l := range ls {
-				got = append(got, string(l.Data))
-			}
-			want(t, got, 100, 200)
+			want(t, readOnce(t, fl, len(lines(100, 200))), 100, 200)
 			if fl.live == nil || fl.live.id.Offset != 0 || (fl.live.id.HeadLen == 0) != empty {
 				t.Fatalf("the live file is not open with nothing read, HeadLen %v: %+v", !empty, fl.live)
 			}
@@ -862,15 +863,7 @@ func TestFollowCopyInProgress(t *testing.T) {
 	os.WriteFile(log+".1", nil, 0o644) // B's copy, begun
 	// One read, half of A's end: the live file (B) is opened, and the
 	// copies made since A's looked for.
-	ls, err := readLines(fl, len(lines(100, 150)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, l := range ls {
-		got = append(got, string(l.Data))
-	}
-	want(t, got, 100, 150)
+	want(t, readOnce(t, fl, len(lines(100, 150))), 100, 150)
 	copyTruncate(log) // B's copy done, into the file begun
 	w.WriteString(lines(300, 310))
 	want(t, readAll(t, fl), 150, 310)
