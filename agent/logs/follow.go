@@ -131,12 +131,9 @@ type rotRef struct {
 // is gone (a copy compressed, then removed, and the next copy, or the next
 // compressed copy, made), so the creation time must match too where both
 // are kept. A compressed copy keeps none (birth): one with the inode of a
-// file that has one is another file.
+// file that has one is another file (a zero time equals no other).
 func (ref rotRef) is(r rotatedFile) bool {
-	if ref.ino == 0 || r.dev != ref.dev || r.ino != ref.ino || ref.born.IsZero() != r.born.IsZero() {
-		return false
-	}
-	return ref.born.Equal(r.born)
+	return ref.ino != 0 && r.dev == ref.dev && r.ino == ref.ino && ref.born.Equal(r.born)
 }
 
 func (s *source) ref() rotRef {
