@@ -112,6 +112,14 @@ type follower struct {
 	// zero before one: a live file opened empty gets its first bytes, and
 	// copies made after it hold bytes written before them (tookFirst).
 	copied rotRef
+	// opened: a live file was opened in this run. fresh is where
+	// copiesSince starts while no copy was read (copied zero), for the
+	// first live file, opened empty (freshSet): after the newest file
+	// rotated from the path then. Copied and truncated before its first
+	// bytes were seen, its copies hold lines nothing read.
+	opened   bool
+	fresh    rotRef
+	freshSet bool
 	// finished are the last files read to their end, which a scan must
 	// not read again.
 	finished [8]Position
@@ -174,6 +182,7 @@ func (fl *follower) resume(p Position) error {
 		return nil
 	case found.How == "same":
 		fl.live, err = fl.open(found.Tail, found.TailFrom, true)
+		fl.opened = true
 	default:
 		fl.log("log file rotated while the agent was away; shipping its unshipped end first", "path", p.Path, "what", found.How)
 		var s *source
@@ -329,6 +338,10 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 			}
 			if fl.live, err = fl.open(f, 0, true); err != nil {
 				return want - max, err
+			}
+			if !fl.opened {
+				fl.opened = true
+				fl.startAfter(fl.live)
 			}
 			// Looked for once the new file is open: one rotated after
 			// the look is the live file, read as such.
@@ -492,6 +505,12 @@ func (fl *follower) truncation() (bool, error) {
 		if more, err := fl.tookFirst(s); more || err != nil {
 			return more, err
 		}
+	case !fi.ModTime().Equal(s.mtime):
+		// Opened empty and empty now, but written and truncated since
+		// the last look: its bytes are in copies, read now, not when
+		// the service next writes (hours later, or never: the pod ends).
+		s.mtime = fi.ModTime()
+		return fl.copiesSince(s), nil
 	}
 	if !truncated {
 		s.mtime = fi.ModTime()
@@ -549,16 +568,58 @@ func (fl *follower) tookFirst(s *source) (bool, error) {
 		return false, err
 	}
 	s.id.Head, s.id.HeadLen = id.Head, id.HeadLen
-	if fl.copied.ino == 0 && fl.copied.mtime.IsZero() {
-		return false, nil // no copy read in this run: nothing to start after
+	more := fl.copiesSince(s)
+	fl.freshSet = false // the first file's first bytes: seen
+	return more, nil
+}
+
+// copiesSince queues the copies made after the last one read (or, before
+// one, after fresh), whole: of s, the live file opened empty. It reports
+// whether there were any.
+func (fl *follower) copiesSince(s *source) bool {
+	ref := fl.copied
+	if ref.ino == 0 && ref.mtime.IsZero() {
+		if !fl.freshSet {
+			return false // no copy read in this run: nothing to start after
+		}
+		ref = fl.fresh
 	}
-	later := fl.rotatedAfter(fl.copied, nil, s, false)
+	later := fl.rotatedAfter(ref, nil, s, false)
 	if len(later) == 0 {
-		return false, nil
+		return false
 	}
 	fl.copied = later[len(later)-1].ref()
 	fl.left = append(fl.left, later...)
-	return true, nil
+	return true
+}
+
+// startAfter sets fresh for s, the first live file, opened empty: the
+// newest file rotated from the path now (remembered: compressed later,
+// it is known by its first line), or, with none, s's mtime (any file
+// rotated after is newer).
+func (fl *follower) startAfter(s *source) {
+	if s.id.HeadLen > 0 {
+		return
+	}
+	fl.fresh, fl.freshSet = rotRef{mtime: s.mtime}, true
+	all := rotatedFrom(fl.path)
+	if len(all) == 0 {
+		return
+	}
+	r := all[len(all)-1]
+	f, err := openCopy(r.path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if !r.sib.is(f) {
+		return // renamed meanwhile: the mtime bounds it
+	}
+	if id, err := identify(f); err == nil {
+		id.First = firstLine(f)
+		fl.remember(id)
+	}
+	fl.fresh = rotRef{mtime: r.mtime, born: r.born, dev: r.dev, ino: r.ino}
 }
 
 // rotation looks at the path at the live file's end: a new file there
@@ -644,9 +705,10 @@ func (fl *follower) remember(p Position) {
 // copyOf, the copies of that file (its head): copies made after its last
 // byte read, whose bytes were read from it (logrotate's own window). The
 // bytes read from a file are its head's, checked after each read
-// (unchanged). So are the copies of the live file (ofLive): it is seen
-// truncated at a later look, which reads its copy then; read now too, it
-// would be read twice. A name that is another file once opened than when
+// (unchanged). So are the copies of the live file (ofLive), and the files
+// after them: it is seen truncated at a later look, which reads its copy
+// and those then; read now too, its copy would be read twice, and the
+// later files before it. A name that is another file once opened than when
 // listed (logrotate renamed meanwhile) makes it look again: opened by
 // name, one file could be read twice and another never.
 func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, live *source, written bool) []*source {
@@ -682,7 +744,7 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 		if err != nil {
 			continue
 		}
-		if !isInode(f, r.dev, r.ino) {
+		if !r.sib.is(f) {
 			f.Close()
 			return out, names, true
 		}
@@ -700,9 +762,19 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 				continue
 			}
 		}
-		if live != nil && ofLive(f, live) {
-			f.Close() // its truncation, seen at a later look, reads it
-			continue
+		if live != nil {
+			if of, empty := ofLive(f, live); of {
+				// Its truncation, seen at a later look, reads it, then
+				// the files after it: taken now, they would come before
+				// it. An empty file holds nothing: no copy of the live
+				// file can be told from any other (logrotate's copy just
+				// begun is the newest file anyway).
+				f.Close()
+				if empty {
+					continue
+				}
+				break
+			}
 		}
 		s, err := fl.open(f, 0, written)
 		if err != nil {
@@ -719,20 +791,21 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 // of the bytes it holds now. The latter includes logrotate's copy in
 // progress, whose bytes so far (none at first) are the live file's first:
 // taken as a copy made meanwhile, it would be read once filled, and again
-// when the live file's truncation leads to it.
-func ofLive(f logFile, live *source) bool {
+// when the live file's truncation leads to it. empty: f holds no byte,
+// which any file begins with.
+func ofLive(f logFile, live *source) (of, empty bool) {
 	if live.id.HeadLen > 0 {
 		if same, _ := headMatches(f, live.id); same {
-			return true
+			return true, false
 		}
 	}
 	a, b := make([]byte, headLen), make([]byte, headLen)
 	n, err := f.ReadAt(a, 0)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return false
+		return false, false
 	}
 	m, err := live.f.ReadAt(b[:n], 0)
-	return m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:n])
+	return m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:n]), n == 0
 }
 
 // before: r was rotated before ref (or is ref): created before it, or,

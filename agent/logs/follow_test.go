@@ -929,3 +929,65 @@ func TestFollowCopyInodeReusedByCompressed(t *testing.T) {
 	}
 	want(t, readAll(t, fl), 100, 210)
 }
+
+// As above, and logrotate copies and truncates the live file once more
+// (C: lines 200-300) before the follower looks for copies: B's copy is
+// the live file's, read when it is seen truncated; C, newer, is read after
+// it, not before.
+func TestFollowLiveCopiedTwiceWhileIdentified(t *testing.T) {
+	log, w, fl := readThenCopied(t)
+	w.WriteString(lines(100, 200))
+	fl.live.f = &readHook{logFile: fl.live.f, afterHead: func() {
+		renameFile(t, log+".1", log+".2")
+		copyTruncate(log) // B
+		w.WriteString(lines(200, 300))
+		renameFile(t, log+".2", log+".3")
+		renameFile(t, log+".1", log+".2")
+		copyTruncate(log) // C
+		w.WriteString(lines(300, 310))
+	}}
+	want(t, readAll(t, fl), 100, 310)
+}
+
+// The first live file is opened empty (the agent starts just after a
+// rotation), gets lines, and is copied and truncated before the follower
+// looks again: its copy is read, then the new lines. A copy there before
+// the follower started is not (its lines are older than the agent's
+// start), nor its compressed form.
+func TestFollowFirstFileCopiedBeforeRead(t *testing.T) {
+	for _, older := range []bool{false, true} {
+		t.Run(fmt.Sprintf("older copy %v", older), func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "app.log")
+			w := writer(t, log)
+			if older {
+				os.WriteFile(log+".1", []byte(lines(900, 910)), 0o644)
+			}
+			fl := newFollower(log, 1024, nil)
+			defer fl.Close()
+			want(t, readAll(t, fl), 0, 0)
+			w.WriteString(lines(0, 100))
+			if older {
+				fi, _ := os.Stat(log + ".1")
+				compressTo(t, log+".1", log+".2.gz")
+				os.Chtimes(log+".2.gz", fi.ModTime(), fi.ModTime()) // as logrotate keeps it
+			}
+			copyTruncate(log)
+			w.WriteString(lines(100, 110))
+			want(t, readAll(t, fl), 0, 110)
+		})
+	}
+}
+
+// The live file, opened empty after a truncation, gets lines, is copied
+// and truncated, and the service writes nothing more: the copy is read at
+// the next look (the file's mtime moved), not when the service writes
+// again, which may be never (the pod stops).
+func TestFollowCopiedWhileEmptyThenQuiet(t *testing.T) {
+	log, w, fl := readThenCopied(t)
+	w.WriteString(lines(100, 200))
+	renameFile(t, log+".1", log+".2")
+	copyTruncate(log)
+	later := time.Now().Add(time.Second) // the follower's last look was in an earlier tick
+	os.Chtimes(log, later, later)
+	want(t, readAll(t, fl), 100, 200)
+}

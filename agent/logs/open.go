@@ -79,6 +79,12 @@ func birth(f logFile) time.Time {
 	if _, gz := f.(*gzFile); gz {
 		return time.Time{}
 	}
+	return created(f)
+}
+
+// created is the creation time of the file f reads (a compressed copy's
+// own), zero where the filesystem keeps none.
+func created(f logFile) time.Time {
 	var stx unix.Statx_t
 	c, err := f.SyscallConn()
 	if err != nil {
@@ -87,13 +93,6 @@ func birth(f logFile) time.Time {
 	c.Control(func(fd uintptr) {
 		err = unix.Statx(int(fd), "", unix.AT_EMPTY_PATH, unix.STATX_BTIME, &stx)
 	})
-	return btime(&stx, err)
-}
-
-// birthAt is birth for a path, not following a symlink.
-func birthAt(path string) time.Time {
-	var stx unix.Statx_t
-	err := unix.Statx(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BTIME, &stx)
 	return btime(&stx, err)
 }
 

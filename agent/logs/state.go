@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // headLen is how many of a file's first bytes fingerprint it; markLen how
@@ -289,7 +291,7 @@ func findCopyOnce(dir string, p Position, byInode bool) (_ logFile, moved bool) 
 	// The newest first: a copy of the file being read is among the last
 	// made, found before logrotate's next renames (every gzip file is
 	// opened to look at its head).
-	slices.SortStableFunc(sibs, func(a, b sibling) int { return b.info.ModTime().Compare(a.info.ModTime()) })
+	slices.SortStableFunc(sibs, func(a, b sibling) int { return b.mtime.Compare(a.mtime) })
 	for _, e := range sibs {
 		path := filepath.Join(dir, e.name)
 		if path == p.Path && !byInode {
@@ -332,12 +334,17 @@ var compressedExt = []string{".xz", ".bz2", ".zst", ".lz4", ".lzma", ".lzo", ".Z
 // sibling is a file of a directory as a listing saw it.
 type sibling struct {
 	name     string
-	info     fs.FileInfo // lstat's
+	mtime    time.Time
+	born     time.Time // creation (not birth's: a compressed file's own)
 	dev, ino uint64
 }
 
-// is: f, opened by the sibling's name, is the file the listing saw.
-func (e sibling) is(f logFile) bool { return isInode(f, e.dev, e.ino) }
+// is: f, opened by the sibling's name, is the file the listing saw: its
+// device, inode and creation time. The inode alone is not enough:
+// logrotate removes log.1 once compressed and creates the next log.1 a
+// moment later, often with the same inode, so a name listed before that
+// and opened after is another file with it.
+func (e sibling) is(f logFile) bool { return isInode(f, e.dev, e.ino) && created(f).Equal(e.born) }
 
 // isInode: f is the file with this device and inode.
 func isInode(f logFile, dev, ino uint64) bool {
@@ -394,15 +401,15 @@ func listOnce(dir string) []sibling {
 			strings.HasSuffix(n, gzExt) && names[strings.TrimSuffix(n, gzExt)] {
 			continue
 		}
-		fi, err := os.Lstat(filepath.Join(dir, n))
-		if err != nil || !fi.Mode().IsRegular() {
+		// One call for the inode and the creation time: a file made
+		// between two calls would pair another's.
+		var stx unix.Statx_t
+		err := unix.Statx(unix.AT_FDCWD, filepath.Join(dir, n), unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BASIC_STATS|unix.STATX_BTIME, &stx)
+		if err != nil || stx.Mode&unix.S_IFMT != unix.S_IFREG {
 			continue
 		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			continue
-		}
-		out = append(out, sibling{name: n, info: fi, dev: uint64(st.Dev), ino: st.Ino})
+		out = append(out, sibling{name: n, mtime: time.Unix(stx.Mtime.Sec, int64(stx.Mtime.Nsec)), born: btime(&stx, nil),
+			dev: unix.Mkdev(stx.Dev_major, stx.Dev_minor), ino: stx.Ino})
 	}
 	return out
 }
@@ -414,6 +421,7 @@ type rotatedFile struct {
 	mtime    time.Time
 	born     time.Time // creation; zero where the filesystem keeps none
 	dev, ino uint64
+	sib      sibling // as listed
 }
 
 // rotatedFrom lists the siblings of path named like its rotated copies
@@ -429,9 +437,9 @@ func rotatedFrom(path string) []rotatedFile {
 		}
 		path := filepath.Join(dir, e.name)
 		name, gz := strings.CutSuffix(e.name, gzExt)
-		r := rotatedFile{path: path, n: rotationNumber(base, name), mtime: e.info.ModTime(), dev: e.dev, ino: e.ino}
+		r := rotatedFile{path: path, n: rotationNumber(base, name), mtime: e.mtime, dev: e.dev, ino: e.ino, sib: e}
 		if !gz {
-			r.born = birthAt(path) // see birth
+			r.born = e.born // see birth
 		}
 		out = append(out, r)
 	}

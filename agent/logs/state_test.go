@@ -302,3 +302,32 @@ func TestSiblingsWhileRenamed(t *testing.T) {
 		}
 	}
 }
+
+// A listed file is the one opened by its name only if its creation time
+// is the listing's too: logrotate removes log.1 once compressed and
+// creates the next log.1 with the same inode, often, between a listing
+// and the open.
+func TestSiblingIsTheFileListed(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "app.log.1"), []byte(lines(0, 10)), 0o644)
+	sibs := siblings(dir)
+	if len(sibs) != 1 {
+		t.Fatalf("siblings: %+v", sibs)
+	}
+	f, err := openCopy(filepath.Join(dir, "app.log.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	e := sibs[0]
+	if !e.is(f) {
+		t.Fatalf("the file listed is not the one opened: %+v", e)
+	}
+	if e.born.IsZero() {
+		t.Skip("the filesystem keeps no creation time: only the inode tells files apart")
+	}
+	e.born = e.born.Add(-time.Millisecond) // another file with that inode
+	if e.is(f) {
+		t.Fatal("a file created at another time was taken for the one listed")
+	}
+}
