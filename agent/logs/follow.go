@@ -607,14 +607,11 @@ func (fl *follower) startAfter(s *source) {
 		return
 	}
 	r := all[len(all)-1]
-	f, err := openCopy(r.path)
+	f, err := r.sib.open(filepath.Dir(fl.path))
 	if err != nil {
-		return
+		return // gone meanwhile: the mtime bounds it
 	}
 	defer f.Close()
-	if !r.sib.is(f) {
-		return // renamed meanwhile: the mtime bounds it
-	}
 	if id, err := identify(f); err == nil {
 		id.First = firstLine(f)
 		fl.remember(id)
@@ -708,9 +705,10 @@ func (fl *follower) remember(p Position) {
 // (unchanged). So are the copies of the live file (ofLive), and the files
 // after them: it is seen truncated at a later look, which reads its copy
 // and those then; read now too, its copy would be read twice, and the
-// later files before it. A name that is another file once opened than when
-// listed (logrotate renamed meanwhile) makes it look again: opened by
-// name, one file could be read twice and another never.
+// later files before it. Each file is the one listed, under its new name
+// if renamed since (sibling.open): opened by name, one file could be read
+// twice and another never. One gone since (a plain copy compressed) makes
+// it look again.
 func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, live *source, written bool) []*source {
 	for try := 0; ; try++ {
 		out, names, moved := fl.rotatedAfterOnce(ref, copyOf, live, written)
@@ -737,16 +735,12 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 		if at >= 0 && fl.before(r, all[at]) || at < 0 && r.olderThan(ref) {
 			continue
 		}
-		f, err := openCopy(r.path)
-		if errors.Is(err, fs.ErrNotExist) {
+		f, err := r.sib.open(filepath.Dir(fl.path))
+		if errors.Is(err, errMoved) {
 			return out, names, true // removed since the listing (a plain copy, compressed)
 		}
 		if err != nil {
 			continue
-		}
-		if !r.sib.is(f) {
-			f.Close()
-			return out, names, true
 		}
 		if fl.known(f) {
 			f.Close()
@@ -781,7 +775,7 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 			continue
 		}
 		out = append(out, s)
-		names = append(names, filepath.Base(r.path))
+		names = append(names, filepath.Base(f.Name()))
 	}
 	return out, names, false
 }

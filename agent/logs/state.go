@@ -275,8 +275,8 @@ func copyHow(c logFile) string {
 // inode, renamed, or the compressed file it became: logrotate keeps no
 // inode there, so by its content, as a copy) or a copy of it (its head and
 // the marker at p's offset match, another inode), long enough to hold
-// p.Offset. A name that is another file once opened than when listed
-// (logrotate renamed meanwhile) makes it look again.
+// p.Offset. Each file is the one listed (sibling.open); one gone since
+// the listing makes it look again.
 func findCopy(dir string, p Position, byInode bool) logFile {
 	for try := 0; ; try++ {
 		f, moved := findCopyOnce(dir, p, byInode)
@@ -297,17 +297,12 @@ func findCopyOnce(dir string, p Position, byInode bool) (_ logFile, moved bool) 
 		if path == p.Path && !byInode {
 			continue
 		}
-		f, err := openCopy(path) // a FIFO among the siblings must not block
-		if errors.Is(err, fs.ErrNotExist) {
+		f, err := e.open(dir) // a FIFO among the siblings must not block
+		if errors.Is(err, errMoved) {
 			moved = true // removed since the listing (a plain copy, compressed)
 			continue
 		}
 		if err != nil {
-			continue
-		}
-		if !e.is(f) {
-			moved = true
-			f.Close()
 			continue
 		}
 		ok := false
@@ -345,6 +340,40 @@ type sibling struct {
 // moment later, often with the same inode, so a name listed before that
 // and opened after is another file with it.
 func (e sibling) is(f logFile) bool { return isInode(f, e.dev, e.ino) && created(f).Equal(e.born) }
+
+// errMoved: a file listed is under no name of its directory now (a plain
+// copy compressed, then removed), or kept moving.
+var errMoved = errors.New("the file moved while its directory was read")
+
+// open opens the file the listing saw in dir: by its name, or, renamed
+// since, by its new name, found by its inode and creation time in a new
+// listing. logrotate renames its files one by one (log.N.gz to
+// log.N+1.gz, the oldest first), hundreds with a large rotate count: on a
+// loaded node that outlasts any listing, and a scan that looked again
+// from the start each time a name was another file's gave up, missing the
+// files after the one it had reached.
+func (e sibling) open(dir string) (logFile, error) {
+	for try := 0; ; try++ {
+		f, err := openCopy(filepath.Join(dir, e.name))
+		switch {
+		case err == nil && e.is(f):
+			return f, nil
+		case err == nil:
+			f.Close()
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, err
+		}
+		if try == listTries {
+			return nil, errMoved
+		}
+		// One read of the directory: one missed mid-rename is looked for
+		// again.
+		sibs := listOnce(dir)
+		if i := slices.IndexFunc(sibs, func(x sibling) bool { return x.dev == e.dev && x.ino == e.ino && x.born.Equal(e.born) }); i >= 0 {
+			e.name = sibs[i].name
+		}
+	}
+}
 
 // isInode: f is the file with this device and inode.
 func isInode(f logFile, dev, ino uint64) bool {

@@ -1,6 +1,7 @@
 package logs
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -329,5 +330,36 @@ func TestSiblingIsTheFileListed(t *testing.T) {
 	e.born = e.born.Add(-time.Millisecond) // another file with that inode
 	if e.is(f) {
 		t.Fatal("a file created at another time was taken for the one listed")
+	}
+}
+
+// A file renamed after the listing (logrotate's log.N.gz to log.N+1.gz,
+// its name now another file's) is opened under its new name; one removed
+// since is reported moved.
+func TestSiblingOpenFollowsRename(t *testing.T) {
+	dir := t.TempDir()
+	name := func(n int) string { return filepath.Join(dir, fmt.Sprintf("app.log.%d.gz", n)) }
+	os.WriteFile(name(3), gzipped([]byte(lines(0, 10))), 0o644)
+	sibs := siblings(dir)
+	if len(sibs) != 1 {
+		t.Fatalf("siblings: %+v", sibs)
+	}
+	renameFile(t, name(3), name(4))
+	os.WriteFile(name(3), gzipped([]byte(lines(10, 20))), 0o644) // the next one down, renamed in
+	f, err := sibs[0].open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := firstLine(f)
+	f.Close()
+	if f.Name() != name(4) || got != firstLine(strings.NewReader(lines(0, 10))) {
+		t.Fatalf("opened %s (first line %s), want %s", f.Name(), got, name(4))
+	}
+	os.Remove(name(4))
+	if f, err := sibs[0].open(dir); !errors.Is(err, errMoved) {
+		if f != nil {
+			f.Close()
+		}
+		t.Fatalf("a removed file: %v, want errMoved", err)
 	}
 }
