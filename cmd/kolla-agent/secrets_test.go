@@ -134,7 +134,10 @@ probes:
 	loop := fmt.Sprintf("http://127.0.0.1:%d", port)
 	waitStatus(t, loop+"/livez", 200, 30*time.Second)
 
+	// Live comes first (probes serve while the agent waits); the config
+	// is rendered once the dependency answers, written whole (a rename).
 	rendered := filepath.Join(dir, "etc/app.conf")
+	eventually(t, "the config rendered", func() bool { _, err := os.Stat(rendered); return err == nil })
 	b, err := os.ReadFile(rendered)
 	if err != nil || !strings.Contains(string(b), filePassword) || !strings.Contains(string(b), envPassword) {
 		t.Fatalf("the rendered file %q, %v: the template must use the secrets", b, err)
