@@ -93,7 +93,9 @@ func fastCopytruncate(log string, pause func()) error {
 // copytruncate steps (fastCopytruncate, in process) rotate the file every
 // few milliseconds, between the follower's looks as well as during them,
 // and the follower now and then stays away for several rotations: every
-// line on disk is read, once and in order. Seeded: a failure says its seed.
+// line on disk is read, once and in order. The seeds choose the pauses;
+// the interleavings differ at every run (the follower's log is shown on a
+// failure).
 func TestFollowUnderFastCopytruncate(t *testing.T) {
 	seeds := 8
 	if testing.Short() {
