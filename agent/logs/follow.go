@@ -181,12 +181,16 @@ func (fl *follower) resume(p Position) error {
 		}
 		return nil
 	case found.How == "same":
-		fl.live, err = fl.open(found.Tail, found.TailFrom, true)
-		fl.opened = true
+		if fl.live, err = fl.open(found.Tail, found.TailFrom, true); err == nil {
+			fl.opened = true // resumed: not a fresh start (startAfter)
+		}
 	default:
 		fl.log("log file rotated while the agent was away; shipping its unshipped end first", "path", p.Path, "what", found.How)
 		var s *source
 		if s, err = fl.open(found.Tail, found.TailFrom, found.How[:7] == "renamed"); err == nil {
+			// Resumed: the scan below reads what rotated meanwhile; a
+			// fresh start's reference would make it skip the newest.
+			fl.opened = true
 			fl.left = append(fl.left, s)
 			// Saved positions come in no order of age.
 			slices.SortStableFunc(fl.left, func(a, b *source) int { return olderFirst(a.rotated(), b.rotated()) })
@@ -593,20 +597,31 @@ func (fl *follower) copiesSince(s *source) bool {
 	return true
 }
 
-// startAfter sets fresh for s, the first live file, opened empty: the
-// newest file rotated from the path now (remembered: compressed later,
-// it is known by its first line), or, with none, s's mtime (any file
-// rotated after is newer).
+// startAfter sets fresh for s, the first live file of a fresh start,
+// opened empty: the newest file rotated from the path before s was opened
+// (remembered: compressed later, it is known by its first line), or, with
+// none, s's mtime (any file rotated after is newer). One made since (the
+// listing can take a second while logrotate renames) holds s's lines.
 func (fl *follower) startAfter(s *source) {
 	if s.id.HeadLen > 0 {
 		return
 	}
 	fl.fresh, fl.freshSet = rotRef{mtime: s.mtime}, true
 	all := rotatedFrom(fl.path)
-	if len(all) == 0 {
+	k := len(all) - 1
+	for ; k >= 0; k-- {
+		made := all[k].born // a compressed copy: its file's mtime, kept
+		if made.IsZero() {
+			made = all[k].mtime
+		}
+		if !made.After(s.mtime) {
+			break
+		}
+	}
+	if k < 0 {
 		return
 	}
-	r := all[len(all)-1]
+	r := all[k]
 	f, err := r.sib.open(filepath.Dir(fl.path))
 	if err != nil {
 		return // gone meanwhile: the mtime bounds it
@@ -757,17 +772,20 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 			}
 		}
 		if live != nil {
-			if of, empty := ofLive(f, live); of {
+			if of, byHead := ofLive(f, live); of {
 				// Its truncation, seen at a later look, reads it, then
 				// the files after it: taken now, they would come before
-				// it. An empty file holds nothing: no copy of the live
-				// file can be told from any other (logrotate's copy just
-				// begun is the newest file anyway).
+				// it. Only a copy of the bytes the live file was
+				// identified by is sure to be its copy; one matched by
+				// its bytes so far (logrotate's copy in progress) is the
+				// newest file anyway, and a short file that happens to
+				// begin as the live file does (empty, or a banner) must
+				// not hide the files after it.
 				f.Close()
-				if empty {
-					continue
+				if byHead {
+					break
 				}
-				break
+				continue
 			}
 		}
 		s, err := fl.open(f, 0, written)
@@ -785,12 +803,12 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 // of the bytes it holds now. The latter includes logrotate's copy in
 // progress, whose bytes so far (none at first) are the live file's first:
 // taken as a copy made meanwhile, it would be read once filled, and again
-// when the live file's truncation leads to it. empty: f holds no byte,
-// which any file begins with.
-func ofLive(f logFile, live *source) (of, empty bool) {
+// when the live file's truncation leads to it. byHead: of the bytes it
+// was identified by.
+func ofLive(f logFile, live *source) (of, byHead bool) {
 	if live.id.HeadLen > 0 {
 		if same, _ := headMatches(f, live.id); same {
-			return true, false
+			return true, true
 		}
 	}
 	a, b := make([]byte, headLen), make([]byte, headLen)
@@ -799,7 +817,7 @@ func ofLive(f logFile, live *source) (of, empty bool) {
 		return false, false
 	}
 	m, err := live.f.ReadAt(b[:n], 0)
-	return m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:n]), n == 0
+	return m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:n]), false
 }
 
 // before: r was rotated before ref (or is ref): created before it, or,

@@ -966,12 +966,22 @@ func TestFollowFirstFileCopiedBeforeRead(t *testing.T) {
 			defer fl.Close()
 			want(t, readAll(t, fl), 0, 0)
 			w.WriteString(lines(0, 100))
+			var old os.FileInfo
 			if older {
-				fi, _ := os.Stat(log + ".1")
+				old, _ = os.Stat(log + ".1")
 				compressTo(t, log+".1", log+".2.gz")
-				os.Chtimes(log+".2.gz", fi.ModTime(), fi.ModTime()) // as logrotate keeps it
+				os.Chtimes(log+".2.gz", old.ModTime(), old.ModTime()) // as logrotate keeps it
 			}
 			copyTruncate(log)
+			if older {
+				f, _ := os.Open(log + ".1")
+				fi, _ := f.Stat()
+				noBtime := created(f).IsZero()
+				f.Close()
+				if noBtime && os.SameFile(old, fi) {
+					t.Skip("the filesystem keeps no creation time and gave the old copy's inode to the new one: the known gap (docs/logs.md)")
+				}
+			}
 			w.WriteString(lines(100, 110))
 			want(t, readAll(t, fl), 0, 110)
 		})
@@ -990,4 +1000,42 @@ func TestFollowCopiedWhileEmptyThenQuiet(t *testing.T) {
 	later := time.Now().Add(time.Second) // the follower's last look was in an earlier tick
 	os.Chtimes(log, later, later)
 	want(t, readAll(t, fl), 100, 200)
+}
+
+// The agent was away for two rotations and the live file is empty when it
+// comes back: the file rotated in between is read after the saved file's
+// end, not taken for the newest file before a fresh start (startAfter).
+func TestFollowResumeTwoRotationsEmptyLive(t *testing.T) {
+	for _, mode := range []string{"create", "copytruncate"} {
+		t.Run(mode, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "app.log")
+			w := writer(t, log)
+			w.WriteString(lines(0, 100))
+			fl := newFollower(log, 1024, nil)
+			want(t, readAll(t, fl), 0, 100)
+			saved := fl.Positions()
+			fl.Close()
+			w.WriteString(lines(100, 120))
+			if mode == "create" {
+				renameFile(t, log, log+".1")
+				writer(t, log).WriteString(lines(120, 130))
+				renameFile(t, log+".1", log+".2")
+				renameFile(t, log, log+".1")
+				os.WriteFile(log, nil, 0o644)
+			} else {
+				copyTruncate(log)
+				w.WriteString(lines(120, 130))
+				renameFile(t, log+".1", log+".2")
+				copyTruncate(log)
+			}
+			again := newFollower(log, 1024, nil)
+			defer again.Close()
+			for _, p := range saved {
+				if err := again.resume(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want(t, readAll(t, again), 100, 130)
+		})
+	}
 }

@@ -33,13 +33,22 @@ const gzExt = ".gz"
 // name ends in gzExt.
 func openCopy(path string) (logFile, error) {
 	f, err := openLog(path)
-	if err != nil || !strings.HasSuffix(path, gzExt) {
-		return f, err
+	if err != nil {
+		return nil, err
+	}
+	return asCopy(f)
+}
+
+// asCopy is f, opened, as it is read: decompressed when its name ends in
+// gzExt (closed if it cannot be).
+func asCopy(f *os.File) (logFile, error) {
+	if !strings.HasSuffix(f.Name(), gzExt) {
+		return f, nil
 	}
 	g, err := newGzFile(f)
 	if err != nil {
 		f.Close()
-		return nil, &fs.PathError{Op: "gunzip", Path: path, Err: err}
+		return nil, &fs.PathError{Op: "gunzip", Path: f.Name(), Err: err}
 	}
 	return g, nil
 }

@@ -354,10 +354,12 @@ var errMoved = errors.New("the file moved while its directory was read")
 // files after the one it had reached.
 func (e sibling) open(dir string) (logFile, error) {
 	for try := 0; ; try++ {
-		f, err := openCopy(filepath.Join(dir, e.name))
+		// The identity first: the file now at the name may be one gzip
+		// has only begun (not yet readable as gzip).
+		f, err := openLog(filepath.Join(dir, e.name))
 		switch {
 		case err == nil && e.is(f):
-			return f, nil
+			return asCopy(f)
 		case err == nil:
 			f.Close()
 		case !errors.Is(err, fs.ErrNotExist):

@@ -363,3 +363,20 @@ func TestSiblingOpenFollowsRename(t *testing.T) {
 		t.Fatalf("a removed file: %v, want errMoved", err)
 	}
 }
+
+// Renamed after the listing, and gzip has just created the next file
+// under the old name (empty: no gzip header yet): the listed file is still
+// followed to its new name.
+func TestSiblingOpenPastABegunGzip(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "app.log.1.gz")
+	os.WriteFile(a, gzipped([]byte(lines(0, 10))), 0o644)
+	sibs := siblings(dir)
+	renameFile(t, a, filepath.Join(dir, "app.log.2.gz"))
+	os.WriteFile(a, nil, 0o600)
+	f, err := sibs[0].open(dir)
+	if err != nil {
+		t.Fatalf("the renamed file was not followed: %v", err)
+	}
+	f.Close()
+}
