@@ -755,6 +755,7 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 			return out, names, true // removed since the listing (a plain copy, compressed)
 		}
 		if err != nil {
+			fl.log("a rotated log file cannot be read; skipped", "path", fl.path, "file", filepath.Base(r.path), "error", err)
 			continue
 		}
 		if fl.known(f) {
@@ -790,6 +791,7 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 		}
 		s, err := fl.open(f, 0, written)
 		if err != nil {
+			fl.log("a rotated log file cannot be read; skipped", "path", fl.path, "file", filepath.Base(r.path), "error", err)
 			continue
 		}
 		out = append(out, s)
