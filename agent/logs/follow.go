@@ -114,12 +114,12 @@ type follower struct {
 	copied rotRef
 	// opened: a live file was opened in this run. fresh is where
 	// copiesSince starts while no copy was read (copied zero), for the
-	// first live file, opened empty (freshSet): after the newest file
-	// rotated from the path then. Copied and truncated before its first
-	// bytes were seen, its copies hold lines nothing read.
-	opened   bool
-	fresh    rotRef
-	freshSet bool
+	// first live file, opened empty, until its first bytes are seen (zero
+	// otherwise): after the newest file rotated from the path then.
+	// Copied and truncated before its first bytes were seen, its copies
+	// hold lines nothing read.
+	opened bool
+	fresh  rotRef
 	// finished are the last files read to their end, which a scan must
 	// not read again.
 	finished [8]Position
@@ -143,6 +143,9 @@ type rotRef struct {
 func (ref rotRef) is(r rotatedFile) bool {
 	return ref.ino != 0 && r.dev == ref.dev && r.ino == ref.ino && ref.born.Equal(r.born)
 }
+
+// zero: r refers to no file.
+func (r rotRef) zero() bool { return r.ino == 0 && r.mtime.IsZero() }
 
 func (s *source) ref() rotRef {
 	return rotRef{mtime: s.mtime, born: s.born, dev: s.id.Dev, ino: s.id.Ino}
@@ -573,7 +576,7 @@ func (fl *follower) tookFirst(s *source) (bool, error) {
 	}
 	s.id.Head, s.id.HeadLen = id.Head, id.HeadLen
 	more := fl.copiesSince(s)
-	fl.freshSet = false // the first file's first bytes: seen
+	fl.fresh = rotRef{} // the first file's first bytes: seen
 	return more, nil
 }
 
@@ -582,11 +585,10 @@ func (fl *follower) tookFirst(s *source) (bool, error) {
 // whether there were any.
 func (fl *follower) copiesSince(s *source) bool {
 	ref := fl.copied
-	if ref.ino == 0 && ref.mtime.IsZero() {
-		if !fl.freshSet {
+	if ref.zero() {
+		if ref = fl.fresh; ref.zero() {
 			return false // no copy read in this run: nothing to start after
 		}
-		ref = fl.fresh
 	}
 	later := fl.rotatedAfter(ref, nil, s, false)
 	if len(later) == 0 {
@@ -606,7 +608,7 @@ func (fl *follower) startAfter(s *source) {
 	if s.id.HeadLen > 0 {
 		return
 	}
-	fl.fresh, fl.freshSet = rotRef{mtime: s.mtime}, true
+	fl.fresh = rotRef{mtime: s.mtime}
 	all := rotatedFrom(fl.path)
 	k := len(all) - 1
 	for ; k >= 0; k-- {

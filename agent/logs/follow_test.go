@@ -233,24 +233,16 @@ func TestFollowResume(t *testing.T) {
 	os.Rename(log, log+".1")
 	writer(t, log).WriteString(lines(120, 130))
 
-	again := newFollower(log, 1024, nil)
+	again := resumed(t, log, saved...)
 	defer again.Close()
-	for _, p := range saved {
-		if err := again.resume(p); err != nil {
-			t.Fatal(err)
-		}
-	}
 	want(t, readAll(t, again), 100, 130)
 
 	// Stopped with the live file unchanged: it goes on where it was.
 	saved = again.Positions()
 	again.Close()
 	writer(t, log).WriteString(lines(130, 135))
-	third := newFollower(log, 1024, nil)
+	third := resumed(t, log, saved...)
 	defer third.Close()
-	for _, p := range saved {
-		third.resume(p)
-	}
 	want(t, readAll(t, third), 130, 135)
 }
 
@@ -395,12 +387,7 @@ func TestFollowRotatedTwiceWhileNotRead(t *testing.T) {
 					os.Chtimes(filepath.Join(dir, e.Name()), now, now)
 				}
 				if restart {
-					fl = newFollower(log, 1024, nil)
-					for _, p := range saved {
-						if err := fl.resume(p); err != nil {
-							t.Fatal(err)
-						}
-					}
+					fl = resumed(t, log, saved...)
 				}
 				defer fl.Close()
 				want(t, readAll(t, fl), tc.from, 160)
@@ -571,13 +558,8 @@ func TestFollowResumeOldestFirst(t *testing.T) {
 	for _, f := range []string{log, log + ".1", log + ".2"} {
 		os.Chtimes(f, now, now)
 	}
-	fl := newFollower(log, 1024, nil)
+	fl := resumed(t, log, b, a)
 	defer fl.Close()
-	for _, p := range []Position{b, a} {
-		if err := fl.resume(p); err != nil {
-			t.Fatal(err)
-		}
-	}
 	if got, want := strings.Join(readAll(t, fl), "\n")+"\n", lines(10, 20)+lines(30, 50); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
@@ -711,12 +693,7 @@ func TestFollowBackupOlderThanALateLine(t *testing.T) {
 			os.Chtimes(log+"-2026112720.backup", ago, ago)
 			if restart {
 				fl.Close()
-				fl = newFollower(log, 1024, nil)
-				for _, p := range saved {
-					if err := fl.resume(p); err != nil {
-						t.Fatal(err)
-					}
-				}
+				fl = resumed(t, log, saved...)
 			}
 			defer fl.Close()
 			got := readAll(t, fl)
@@ -752,13 +729,8 @@ func TestFollowLateLineAfterRestart(t *testing.T) {
 		t.Fatalf("saved %d positions, want the done file's and the live one's", len(saved))
 	}
 	old.WriteString(lines(20, 21)) // the late one, while the agent is down
-	fl = newFollower(log, 1024, nil)
+	fl = resumed(t, log, saved...)
 	defer fl.Close()
-	for _, p := range saved {
-		if err := fl.resume(p); err != nil {
-			t.Fatal(err)
-		}
-	}
 	want(t, readAll(t, fl), 20, 21)
 }
 
@@ -1028,14 +1000,23 @@ func TestFollowResumeTwoRotationsEmptyLive(t *testing.T) {
 				renameFile(t, log+".1", log+".2")
 				copyTruncate(log)
 			}
-			again := newFollower(log, 1024, nil)
+			again := resumed(t, log, saved...)
 			defer again.Close()
-			for _, p := range saved {
-				if err := again.resume(p); err != nil {
-					t.Fatal(err)
-				}
-			}
 			want(t, readAll(t, again), 100, 130)
 		})
 	}
+}
+
+// resumed is a new follower of log resumed from every saved position, as
+// the agent starts again.
+func resumed(t *testing.T, log string, saved ...Position) *follower {
+	t.Helper()
+	fl := newFollower(log, 1024, nil)
+	for _, p := range saved {
+		if err := fl.resume(p); err != nil {
+			fl.Close()
+			t.Fatal(err)
+		}
+	}
+	return fl
 }
