@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -124,6 +125,10 @@ type follower struct {
 	// not read again.
 	finished [8]Position
 	nfin     int
+
+	// testOpened runs, when set, once a new live file is open, before the
+	// scan: a test rotates the path there.
+	testOpened func()
 }
 
 // rotRef is where a scan for rotated files starts: after the file with
@@ -208,7 +213,8 @@ func (fl *follower) resume(p Position) error {
 // rotated describes s as a file rotated from the path, as it is now.
 func (s *source) rotated() rotatedFile {
 	name := s.f.Name()
-	return rotatedFile{path: name, n: rotationNumber(filepath.Base(s.id.Path), filepath.Base(name)), mtime: s.mtime, born: s.born, dev: s.id.Dev, ino: s.id.Ino}
+	base, _ := strings.CutSuffix(filepath.Base(name), gzExt) // as rotatedFrom: app.log.3.gz is 3
+	return rotatedFile{path: name, n: rotationNumber(filepath.Base(s.id.Path), base), mtime: s.mtime, born: s.born, dev: s.id.Dev, ino: s.id.Ino}
 }
 
 // open makes f a source read from off. A compressed copy is never
@@ -350,11 +356,18 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 				fl.opened = true
 				fl.startAfter(fl.live)
 			}
+			if fl.testOpened != nil {
+				fl.testOpened()
+			}
 			// Looked for once the new file is open: one rotated after
-			// the look is the live file, read as such.
+			// the look is the live file, read as such. The look stops at
+			// the live file's copy (ofLive): rotated, compressed and
+			// followed by newer files before the look (a slow scan), its
+			// copy would be read as well as the file, and the newer files
+			// before the file.
 			if fl.scan {
 				fl.scan = false
-				if more := fl.rotatedAfter(fl.last, nil, nil, true); len(more) > 0 {
+				if more := fl.rotatedAfter(fl.last, nil, fl.live, true); len(more) > 0 {
 					fl.left = append(fl.left, more...)
 					slices.SortStableFunc(fl.left, func(a, b *source) int { return olderFirst(a.rotated(), b.rotated()) })
 					continue
@@ -808,7 +821,8 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 // progress, whose bytes so far (none at first) are the live file's first:
 // taken as a copy made meanwhile, it would be read once filled, and again
 // when the live file's truncation leads to it. byHead: of the bytes it
-// was identified by.
+// was identified by, or of a whole head's worth of the bytes it holds now
+// (a live file opened empty, written since): as sure a match.
 func ofLive(f logFile, live *source) (of, byHead bool) {
 	if live.id.HeadLen > 0 {
 		if same, _ := headMatches(f, live.id); same {
@@ -821,7 +835,8 @@ func ofLive(f logFile, live *source) (of, byHead bool) {
 		return false, false
 	}
 	m, err := live.f.ReadAt(b[:n], 0)
-	return m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:n]), false
+	same := m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:n])
+	return same, same && n == headLen
 }
 
 // before: r was rotated before ref (or is ref): created before it, or,

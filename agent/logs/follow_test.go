@@ -1007,6 +1007,84 @@ func TestFollowResumeTwoRotationsEmptyLive(t *testing.T) {
 	}
 }
 
+// The live file opened after a rotation is rotated twice (create,
+// compress, delaycompress) before the scan for the files rotated in
+// between looks (a loaded machine, a directory renamed under the scan):
+// the scan stops at the live file's compressed copy. Taken, the copy's
+// lines were read twice, and the next file's before the live file's. The
+// live file has bytes when opened, or none then and more than headLen
+// before the scan.
+func TestFollowScanStopsAtLiveFile(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		atOpen, beforeScan int
+	}{
+		{"identified", 10, 0},
+		{"empty at open", 0, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "keystone.log")
+			w := writer(t, log)
+			write := func(from, n int) int {
+				w.WriteString(lines(from, from+n))
+				return from + n
+			}
+			rotate := func() { // logrotate, then the service opens the new file
+				if err := fastCreate(log, func() {}, func() {}); err != nil {
+					t.Fatal(err)
+				}
+				w.Close()
+				w = writer(t, log)
+			}
+			n := write(0, 10)
+			fl := newFollower(log, 1024, nil)
+			defer fl.Close()
+			want(t, readAll(t, fl), 0, 10)
+			rotate()
+			n = write(n, tc.atOpen)
+			fl.testOpened = func() {
+				fl.testOpened = nil
+				n = write(n, tc.beforeScan)
+				rotate()
+				n = write(n, 10)
+				rotate()
+				n = write(n, 10)
+			}
+			want(t, readAll(t, fl), 10, n)
+		})
+	}
+}
+
+// Files rotated while nothing read the path, compressed within one tick
+// of the file clock (the same mtime), are read in their rotation order:
+// app.log.3.gz before app.log.2.gz, as a scan lists them, also once they
+// are sorted among the files that left the path.
+func TestFollowCompressedSameMtimeInOrder(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "keystone.log")
+	w := writer(t, log)
+	w.WriteString(lines(0, 10))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 10)
+	for i := range 4 { // while nothing reads
+		if err := fastCreate(log, func() {}, func() {}); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		w = writer(t, log)
+		w.WriteString(lines(10*(i+1), 10*(i+2)))
+	}
+	// keystone.log.3.gz (10-20) as new as keystone.log.2.gz (20-30)
+	fi, err := os.Stat(log + ".2.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(log+".3.gz", fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	want(t, readAll(t, fl), 10, 50)
+}
+
 // resumed is a new follower of log resumed from every saved position, as
 // the agent starts again.
 func resumed(t *testing.T, log string, saved ...Position) *follower {

@@ -17,11 +17,80 @@ import (
 
 // fastCopytruncate does, in process, what logrotate (copytruncate,
 // compress, delaycompress, a large rotate) does to log, in the order its
-// system calls come: log.1 compressed to log.1.gz (created, written in two
-// steps, given log.1's mtime, log.1 removed), every log.N.gz renamed to log.N+1.gz from the
-// oldest, then log.1 created, log copied into it in chunks, and log
-// truncated. pause is called between the steps: the follower runs there.
+// system calls come: the steps of shiftRotated, then log.1 created, log
+// copied into it in chunks, and log truncated. pause is called between
+// the steps: the follower runs there.
 func fastCopytruncate(log string, pause func()) error {
+	if err := shiftRotated(log, pause); err != nil {
+		return err
+	}
+	src, err := os.OpenFile(log, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(log+".1", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 16<<10)
+	for {
+		k, err := src.Read(buf)
+		if k > 0 {
+			dst.Write(buf[:k])
+			pause()
+		}
+		if err == io.EOF || k == 0 {
+			break
+		}
+		if err != nil {
+			dst.Close()
+			return err
+		}
+	}
+	dst.Close()
+	pause()
+	return src.Truncate(0)
+}
+
+// fastCreate does, in process, what logrotate (create, compress,
+// delaycompress, a large rotate) does to log, in the order its system
+// calls come: the steps of shiftRotated, then log renamed to log.1 and a
+// new log created. The service goes on writing to log.1 until it is told
+// (reopen: logrotate's postrotate) to open the path again.
+func fastCreate(log string, pause, reopen func()) error {
+	if err := shiftRotated(log, pause); err != nil {
+		return err
+	}
+	if err := os.Rename(log, log+".1"); err != nil {
+		return err
+	}
+	pause()
+	f, err := os.OpenFile(log, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		// The service opened the path again since the rename (told late
+		// by the rotation before): logrotate moves its file aside, to
+		// NAME-DATE.backup (unique here: rotations come milliseconds
+		// apart), and creates the path again.
+		if err := os.Rename(log, log+time.Now().Format("-20060102150405.000000000.backup")); err != nil {
+			return err
+		}
+		f, err = os.OpenFile(log, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	}
+	if err != nil {
+		return err
+	}
+	f.Close()
+	pause()
+	reopen()
+	return nil
+}
+
+// shiftRotated does logrotate's first steps (with compress,
+// delaycompress): log.1 compressed to log.1.gz (created, written in two
+// steps, given log.1's mtime, log.1 removed), then every log.N.gz renamed
+// to log.N+1.gz, the oldest first.
+func shiftRotated(log string, pause func()) error {
 	if b, err := os.ReadFile(log + ".1"); err == nil {
 		gz, err := os.OpenFile(log+".1.gz", os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
@@ -60,33 +129,7 @@ func fastCopytruncate(log string, pause func()) error {
 		}
 	}
 	pause()
-	src, err := os.OpenFile(log, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(log+".1", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, 16<<10)
-	for {
-		k, err := src.Read(buf)
-		if k > 0 {
-			dst.Write(buf[:k])
-			pause()
-		}
-		if err == io.EOF || k == 0 {
-			break
-		}
-		if err != nil {
-			dst.Close()
-			return err
-		}
-	}
-	dst.Close()
-	pause()
-	return src.Truncate(0)
+	return nil
 }
 
 // The follower reads while the service writes and logrotate's
@@ -104,12 +147,28 @@ func TestFollowUnderFastCopytruncate(t *testing.T) {
 	for seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			followUnderFastCopytruncate(t, uint64(seed))
+			followUnderFastRotation(t, "copytruncate", uint64(seed))
 		})
 	}
 }
 
-func followUnderFastCopytruncate(t *testing.T, seed uint64) {
+// As TestFollowUnderFastCopytruncate, with logrotate's create steps
+// (fastCreate): the service writes to the renamed file until it opens
+// the path again.
+func TestFollowUnderFastCreate(t *testing.T) {
+	seeds := 8
+	if testing.Short() {
+		seeds = 2
+	}
+	for seed := range seeds {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			followUnderFastRotation(t, "create", uint64(seed))
+		})
+	}
+}
+
+func followUnderFastRotation(t *testing.T, mode string, seed uint64) {
 	dir := filepath.Join(t.TempDir(), "keystone")
 	mkdir(t, dir)
 	log := filepath.Join(dir, "keystone.log")
@@ -121,12 +180,22 @@ func followUnderFastCopytruncate(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	var rotations atomic.Int64
+	var reopen atomic.Bool
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	wg.Go(func() { // the service
 		defer close(done)
 		rng := rand.New(rand.NewPCG(seed, 1))
 		for i := range total {
+			if reopen.Swap(false) {
+				w.Close()
+				var err error
+				if w, err = os.OpenFile(log, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err != nil {
+					t.Error(err)
+					return
+				}
+				defer w.Close()
+			}
 			w.WriteString(serviceLine(i) + "\n")
 			if rng.IntN(50) == 0 {
 				time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond)
@@ -148,7 +217,11 @@ func followUnderFastCopytruncate(t *testing.T, seed uint64) {
 				return
 			case <-time.After(5*time.Millisecond + time.Duration(rng.IntN(15_000))*time.Microsecond):
 			}
-			if err := fastCopytruncate(log, pause); err != nil {
+			rotate := func() error { return fastCopytruncate(log, pause) }
+			if mode == "create" {
+				rotate = func() error { return fastCreate(log, pause, func() { reopen.Store(true) }) }
+			}
+			if err := rotate(); err != nil {
 				t.Error(err)
 				return
 			}
@@ -184,8 +257,12 @@ func followUnderFastCopytruncate(t *testing.T, seed uint64) {
 			break
 		}
 		switch rng.IntN(40) {
-		case 0: // away for several rotations
-			time.Sleep(time.Duration(20+rng.IntN(60)) * time.Millisecond)
+		case 0: // away for several rotations, now and then for tens
+			away := 20 + rng.IntN(60)
+			if rng.IntN(5) == 0 {
+				away = 100 + rng.IntN(400)
+			}
+			time.Sleep(time.Duration(away) * time.Millisecond)
 		case 1, 2, 3:
 			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 		}
