@@ -859,8 +859,10 @@ func (fl *follower) before(r, ref rotatedFile) bool {
 	return false
 }
 
-// known: f is a file open already, or finished. A compressed copy has an
-// inode of its own: it is known by its first line.
+// known: f is a file open already (closing ones too: done, but once more
+// files finished than the ring holds, only being open remembers them), or
+// finished. A compressed copy has an inode of its own: it is known by its
+// first line.
 func (fl *follower) known(f logFile) bool {
 	_, gz := f.(*gzFile)
 	first := ""
@@ -871,7 +873,7 @@ func (fl *follower) known(f logFile) bool {
 		same, _ := sameFile(f, p)
 		return same || gz && p.First != "" && p.First == first
 	}
-	for _, s := range append(fl.left[:len(fl.left):len(fl.left)], fl.live) {
+	for _, s := range slices.Concat(fl.left, fl.closing, []*source{fl.live}) {
 		if s != nil && is(s.id) {
 			return true
 		}

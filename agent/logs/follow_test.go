@@ -1098,3 +1098,34 @@ func resumed(t *testing.T, log string, saved ...Position) *follower {
 	}
 	return fl
 }
+
+// A file done but still open for its writer's grace (closing) is known
+// when its compressed copy is listed, after more files finished than the
+// finished ring holds: a scan does not take it again.
+func TestFollowClosingFileKnown(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "keystone.log")
+	os.WriteFile(log+".1", []byte(lines(0, 10)), 0o644)
+	f, err := openLog(log + ".1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	s, err := fl.open(f, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.id.Offset = s.size // read to its end
+	fl.finish(s)
+	if len(fl.closing) != 1 {
+		t.Fatalf("%d files closing, want the one finished", len(fl.closing))
+	}
+	for i := range len(fl.finished) {
+		fl.remember(Position{Dev: 1, Ino: uint64(100 + i), First: fmt.Sprint(i)})
+	}
+	gz := writeGz(t, dir, "keystone.log.2.gz", gzipped([]byte(lines(0, 10))))
+	if !fl.known(gz) {
+		t.Error("the compressed copy of a file still open for its writer is not known")
+	}
+}
