@@ -361,13 +361,13 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 			}
 			// Looked for once the new file is open: one rotated after
 			// the look is the live file, read as such. The look stops at
-			// the live file's copy (ofLive): rotated, compressed and
+			// the live file's copy (copyOfOpened): rotated, compressed and
 			// followed by newer files before the look (a slow scan), its
 			// copy would be read as well as the file, and the newer files
 			// before the file.
 			if fl.scan {
 				fl.scan = false
-				if more := fl.rotatedAfter(fl.last, nil, fl.live, true); len(more) > 0 {
+				if more := fl.rotatedAfter(fl.last, nil, nil, fl.live, true); len(more) > 0 {
 					fl.left = append(fl.left, more...)
 					slices.SortStableFunc(fl.left, func(a, b *source) int { return olderFirst(a.rotated(), b.rotated()) })
 					continue
@@ -569,7 +569,7 @@ func (fl *follower) truncation() (bool, error) {
 	// Truncated more than once since the last look: the later copies
 	// follow, whole; this file's copies not found above are shorter than
 	// what was read of it (logrotate's own window), and left out.
-	later := fl.rotatedAfter(ref, &p, fl.live, false)
+	later := fl.rotatedAfter(ref, &p, fl.live, nil, false)
 	if len(later) > 0 {
 		ref = later[len(later)-1].ref()
 	}
@@ -603,7 +603,7 @@ func (fl *follower) copiesSince(s *source) bool {
 			return false // no copy read in this run: nothing to start after
 		}
 	}
-	later := fl.rotatedAfter(ref, nil, s, false)
+	later := fl.rotatedAfter(ref, nil, s, nil, false)
 	if len(later) == 0 {
 		return false
 	}
@@ -739,9 +739,9 @@ func (fl *follower) remember(p Position) {
 // if renamed since (sibling.open): opened by name, one file could be read
 // twice and another never. One gone since (a plain copy compressed) makes
 // it look again.
-func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, live *source, written bool) []*source {
+func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, live, opened *source, written bool) []*source {
 	for try := 0; ; try++ {
-		out, names, moved := fl.rotatedAfterOnce(ref, copyOf, live, written)
+		out, names, moved := fl.rotatedAfterOnce(ref, copyOf, live, opened, written)
 		if moved && try < listTries {
 			for _, s := range out {
 				s.f.Close()
@@ -758,7 +758,7 @@ func (fl *follower) rotatedAfter(ref rotRef, copyOf *Position, live *source, wri
 	}
 }
 
-func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source, written bool) (out []*source, names []string, moved bool) {
+func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live, opened *source, written bool) (out []*source, names []string, moved bool) {
 	all := rotatedFrom(fl.path)
 	at := slices.IndexFunc(all, ref.is)
 	for _, r := range all {
@@ -804,6 +804,10 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 				continue
 			}
 		}
+		if opened != nil && copyOfOpened(f, r, opened) {
+			f.Close()
+			break
+		}
 		s, err := fl.open(f, 0, written)
 		if err != nil {
 			fl.log("a rotated log file cannot be read; skipped", "path", fl.path, "file", filepath.Base(r.path), "error", err)
@@ -821,8 +825,7 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live *source,
 // progress, whose bytes so far (none at first) are the live file's first:
 // taken as a copy made meanwhile, it would be read once filled, and again
 // when the live file's truncation leads to it. byHead: of the bytes it
-// was identified by, or of a whole head's worth of the bytes it holds now
-// (a live file opened empty, written since): as sure a match.
+// was identified by.
 func ofLive(f logFile, live *source) (of, byHead bool) {
 	if live.id.HeadLen > 0 {
 		if same, _ := headMatches(f, live.id); same {
@@ -835,8 +838,27 @@ func ofLive(f logFile, live *source) (of, byHead bool) {
 		return false, false
 	}
 	m, err := live.f.ReadAt(b[:n], 0)
-	same := m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:n])
-	return same, same && n == headLen
+	return m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:n]), false
+}
+
+// copyOfOpened: f, listed as r, is a copy of s, the live file opened just
+// before the scan (rotated and compressed since): it holds the bytes s
+// holds now, as far as a head goes (as many of them, when fewer), and was
+// last written no earlier than s was when opened. The bytes alone would
+// also match an older file that only begins as s does (a header line, and
+// s opened with no more), whose files after it the scan would then never
+// read; such a file was last written before s got its bytes.
+func copyOfOpened(f logFile, r rotatedFile, s *source) bool {
+	if r.mtime.Before(s.mtime) {
+		return false
+	}
+	a, b := make([]byte, headLen), make([]byte, headLen)
+	n, err := f.ReadAt(a, 0)
+	if err != nil && !errors.Is(err, io.EOF) || n == 0 {
+		return false
+	}
+	m, err := s.f.ReadAt(b, 0)
+	return m == n && (err == nil || errors.Is(err, io.EOF)) && bytes.Equal(a[:n], b[:m])
 }
 
 // before: r was rotated before ref (or is ref): created before it, or,

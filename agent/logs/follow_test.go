@@ -1012,8 +1012,8 @@ func TestFollowResumeTwoRotationsEmptyLive(t *testing.T) {
 // between looks (a loaded machine, a directory renamed under the scan):
 // the scan stops at the live file's compressed copy. Taken, the copy's
 // lines were read twice, and the next file's before the live file's. The
-// live file has bytes when opened, or none then and more than headLen
-// before the scan.
+// live file has bytes when opened, or none then and more than headLen,
+// or fewer, before the scan.
 func TestFollowScanStopsAtLiveFile(t *testing.T) {
 	for _, tc := range []struct {
 		name               string
@@ -1021,6 +1021,7 @@ func TestFollowScanStopsAtLiveFile(t *testing.T) {
 	}{
 		{"identified", 10, 0},
 		{"empty at open", 0, 40},
+		{"empty at open, short", 0, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := filepath.Join(t.TempDir(), "keystone.log")
@@ -1083,6 +1084,39 @@ func TestFollowCompressedSameMtimeInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(t, readAll(t, fl), 10, 50)
+}
+
+// Files that begin with the same header line as the live file, rotated
+// while nothing read, are not taken for its copy by the scan made once it
+// is open (the header alone, with nothing after it yet), not even one
+// that holds the header alone too: they and the files after them are
+// read.
+func TestFollowScanHeaderFilesNotTakenForLive(t *testing.T) {
+	const header = "# keystone access log v1"
+	log := filepath.Join(t.TempDir(), "keystone.log")
+	w := writer(t, log)
+	w.WriteString(lines(0, 10))
+	fl := newFollower(log, 1024, nil)
+	defer fl.Close()
+	want(t, readAll(t, fl), 0, 10)
+	var wantLines []string
+	for i := range 3 { // while nothing reads: the first and the last only begun
+		if err := fastCreate(log, func() {}, func() {}); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		w = writer(t, log)
+		w.WriteString(header + "\n")
+		wantLines = append(wantLines, header)
+		if i == 1 {
+			w.WriteString(lines(10, 20))
+			wantLines = append(wantLines, strings.Split(strings.TrimSuffix(lines(10, 20), "\n"), "\n")...)
+		}
+		time.Sleep(10 * time.Millisecond) // each file last written in a tick of the file clock of its own
+	}
+	if got := readAll(t, fl); strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
+		t.Fatalf("got %d lines %q, want %d", len(got), got, len(wantLines))
+	}
 }
 
 // resumed is a new follower of log resumed from every saved position, as
