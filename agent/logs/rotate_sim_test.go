@@ -185,6 +185,7 @@ func followUnderFastRotation(t *testing.T, mode string, seed uint64) {
 	done := make(chan struct{})
 	wg.Go(func() { // the service
 		defer close(done)
+		defer func() { w.Close() }() // the one open last
 		rng := rand.New(rand.NewPCG(seed, 1))
 		for i := range total {
 			if reopen.Swap(false) {
@@ -194,7 +195,6 @@ func followUnderFastRotation(t *testing.T, mode string, seed uint64) {
 					t.Error(err)
 					return
 				}
-				defer w.Close()
 			}
 			w.WriteString(serviceLine(i) + "\n")
 			if rng.IntN(50) == 0 {
