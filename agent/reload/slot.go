@@ -63,6 +63,9 @@ func HoldSlot(ctx context.Context, take TakeFunc, s Slots, log *slog.Logger) (fu
 	}
 	log.Info("reload: holding a turn", "lease", got.slot)
 	return func() {
+		// Done acting: said before the Lease goes, as the next replica
+		// may take it, and say so, before the release returns.
+		log.Info("reload: turn done", "lease", got.slot)
 		got.release()
 		cancels[got.i]()
 		log.Info("reload: turn released", "lease", got.slot)

@@ -11,7 +11,10 @@ import (
 	"github.com/kolla-agent/kolla-agent/internal/atomicwriter"
 )
 
-var turnLine = regexp.MustCompile(`time=(\S+) level=INFO msg="reload: (holding a turn|turn released)"`)
+// A turn is from "holding a turn" to "turn done", which comes before the
+// Lease is released ("turn released" can come after the next replica took
+// it).
+var turnLine = regexp.MustCompile(`time=(\S+) level=INFO msg="reload: (holding a turn|turn done)"`)
 
 // reload.maxUnavailable: 1 over three replicas that restart their service
 // on a change (each takes a second to come back and be verified): the
@@ -71,7 +74,7 @@ probes:
 		a.waitLog("reload: turn released")
 		m := turnLine.FindAllStringSubmatch(a.out.String(), -1)
 		if len(m) != 2 {
-			t.Fatalf("want one turn taken and released:\n%s", a.out.String())
+			t.Fatalf("want one turn taken and done:\n%s", a.out.String())
 		}
 		from, _ := time.Parse(time.RFC3339Nano, m[0][1])
 		to, _ := time.Parse(time.RFC3339Nano, m[1][1])
