@@ -188,11 +188,20 @@ func run(repo, envDir string, imported bool) error {
 		return err
 	}
 	printPods(os.Stdout, pods.Items)
+	// The keystone pod whose agent created the bootstrap Jobs (one of the
+	// two replicas won): its Events show it. The first one otherwise.
+	created := map[string]bool{}
+	if evs, err := c.CoreV1().Events(slice.Namespace).List(ctx, metav1.ListOptions{FieldSelector: "reason=BootstrapJobCreated"}); err == nil {
+		for _, e := range evs.Items {
+			created[e.InvolvedObject.Name] = true
+		}
+	}
 	var keystone *corev1.Pod
 	for i := range pods.Items {
 		if pods.Items[i].Labels["application"] == "keystone" && pods.Items[i].Labels["component"] == "api" {
-			keystone = &pods.Items[i]
-			break
+			if keystone == nil || created[pods.Items[i].Name] {
+				keystone = &pods.Items[i]
+			}
 		}
 	}
 	if keystone == nil {
