@@ -9,13 +9,17 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,20 +29,150 @@ import (
 
 var env *testenv.Env
 
+// hangChild, set in the environment, makes this binary the child
+// checkTeardown runs: a node without images, and TestHang.
+const hangChild = "KOLLA_AGENT_E2E_HANG"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(hangChild) != "" {
+		testenv.MainNode(m, func(*testenv.Env) {})
+		return
+	}
 	if testenv.NodeMissing() == "" {
 		if err := checkUpDown(); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e: hack/testenv:", err)
+			os.Exit(1)
+		}
+		if err := checkTeardown(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: teardown before go test ends the run:", err)
 			os.Exit(1)
 		}
 	}
 	testenv.MainNode(m, func(e *testenv.Env) {
 		if err := importImages(e); err != nil {
 			fmt.Fprintln(os.Stderr, "e2e:", err)
+			if err := e.Stop(); err != nil { // the node's host state back
+				fmt.Fprintln(os.Stderr, "e2e:", err)
+			}
 			os.Exit(1)
 		}
 		env = e
 	})
+}
+
+// TestHang hangs until its run is ended: what checkTeardown's child runs.
+func TestHang(t *testing.T) {
+	if os.Getenv(hangChild) == "" {
+		t.Skip("run only in the child of TestMain's check of the teardown (checkTeardown)")
+	}
+	time.Sleep(time.Hour)
+}
+
+// checkTeardown runs this binary as a child whose one test hangs (TestHang)
+// on a node, twice: until -test.timeout nears, and until it is sent SIGTERM
+// (a CI job cancelled). go test's timeout panic, its kill and a signal all
+// end a binary without its deferred teardown, which would leave the node's
+// mounts and iptables rules behind. Each child must stop its node itself
+// (exit 1, not the panic's 2), leave no process of its node running, and
+// leave the host as it was.
+func checkTeardown() error {
+	for _, c := range []struct {
+		name, timeout, says string
+		term                bool
+	}{
+		{"the -test.timeout nears", "40s", "testenv: go test's -timeout 40s ends this binary in 10s", false},
+		{"SIGTERM", "10m", "testenv: told to stop (terminated)", true},
+	} {
+		if err := hangUntilEnded(c.timeout, c.says, c.term); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	return nil
+}
+
+func hangUntilEnded(timeout, says string, term bool) error {
+	before, err := testenv.SnapshotHost()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHang$", "-test.v", "-test.timeout="+timeout)
+	cmd.Env = append(os.Environ(), hangChild+"=1")
+	out := &watchedOutput{running: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if term {
+		select {
+		case <-out.running:
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				return err
+			}
+		case err := <-done:
+			return fmt.Errorf("the child ended before TestHang ran: %v:\n%s", err, out)
+		case <-time.After(3 * time.Minute):
+			cmd.Process.Kill()
+			return fmt.Errorf("TestHang not running after 3 minutes:\n%s", out)
+		}
+	}
+	select {
+	case err = <-done:
+	case <-time.After(5 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		return fmt.Errorf("the child still ran after 5 minutes:\n%s", out)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		return fmt.Errorf("the child ended with %v, want exit status 1 (2 is go test's timeout panic):\n%s", err, out)
+	}
+	text := out.String()
+	if !strings.Contains(text, says) {
+		return fmt.Errorf("the child did not say %q:\n%s", says, text)
+	}
+	m := regexp.MustCompile(`testenv: logs kept in (\S+)`).FindStringSubmatch(text)
+	if m == nil {
+		return fmt.Errorf("the child did not say where it kept its logs:\n%s", text)
+	}
+	if pids, err := testenv.Running(m[1]); err != nil || len(pids) > 0 {
+		return fmt.Errorf("processes of the child's node still run: %v %v (logs in %s)", pids, err, m[1])
+	}
+	diff, err := before.Diff()
+	if err != nil {
+		return err
+	}
+	if len(diff) > 0 {
+		return fmt.Errorf("the child left the host changed (logs in %s):\n  %s", m[1], strings.Join(diff, "\n  "))
+	}
+	return os.RemoveAll(m[1])
+}
+
+// watchedOutput collects a child's output and closes running once TestHang
+// has started.
+type watchedOutput struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	running chan struct{}
+	seen    bool
+}
+
+func (w *watchedOutput) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.seen && strings.Contains(w.buf.String(), "=== RUN   TestHang") {
+		w.seen = true
+		close(w.running)
+	}
+	return len(p), nil
+}
+
+func (w *watchedOutput) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // checkUpDown runs what a developer runs, `hack/testenv up DIR` (a node,

@@ -254,22 +254,18 @@ func BringDownAbandoned() error {
 // case with it.
 func AbandonNode(dir string) error {
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		entries, err := os.ReadDir("/proc")
+		pids, err := Running(dir)
 		if err != nil {
 			return err
 		}
-		left := 0
-		for _, ent := range entries {
-			if pid, err := strconv.Atoi(ent.Name()); err == nil && pid != os.Getpid() && alive(pid, dir) {
-				left++
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		if left == 0 {
+		if len(pids) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d processes naming %s still run 30s after SIGKILL", left, dir)
+			return fmt.Errorf("%d processes naming %s still run 30s after SIGKILL", len(pids), dir)
 		}
 	}
 }

@@ -47,6 +47,22 @@ func adopt(name string, pid int, dir, logPath string) *proc.Process {
 
 // alive reports whether pid is a live (non-zombie) process whose command line
 // names the Env's directory.
+// Running lists the live processes naming dir on their command line: an
+// Env's components, its containerd shims, and their children.
+func Running(dir string) ([]int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, ent := range entries {
+		if pid, err := strconv.Atoi(ent.Name()); err == nil && pid != os.Getpid() && alive(pid, dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
 func alive(pid int, dir string) bool {
 	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil || !bytes.Contains(cmdline, []byte(dir+string(os.PathSeparator))) {

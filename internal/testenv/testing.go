@@ -5,8 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,35 +23,46 @@ import (
 // it in a package variable). The Env's directory is removed after a passing
 // run and kept, with the component logs, after a failing one.
 func Main(m *testing.M, setup func(*Env)) {
+	began := time.Now()
 	flag.Parse() // for testing.Verbose; m.Run does not parse twice
-	os.Exit(run(m, setup))
+	os.Exit(runWith(m, Options{}, began, setup, func(code int) int { return code }))
 }
 
-func run(m *testing.M, setup func(*Env)) int { return runWith(m, Options{}, setup) }
-
-func runWith(m *testing.M, o Options, setup func(*Env)) int {
+// runWith starts an Env, runs the tests and stops the Env; check then has
+// the last word on the exit code (MainNode's host check). began is when the
+// binary started (go test's kill timeout counts from there).
+func runWith(m *testing.M, o Options, began time.Time, setup func(*Env), check func(code int) int) int {
 	dir, err := os.MkdirTemp("", "kolla-agent-testenv-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
-		return 1
+		return check(1)
 	}
-	began := time.Now()
+	start := time.Now()
 	env, err := StartWith(dir, o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%v\n(files kept in %s)\n", err, dir)
-		return 1
+		return check(1)
 	}
 	if testing.Verbose() {
 		what := "control plane"
 		if env.node {
 			what += " and node"
 		}
-		fmt.Fprintf(os.Stderr, "testenv: %s started in %.1fs in %s\n", what, time.Since(began).Seconds(), dir)
+		fmt.Fprintf(os.Stderr, "testenv: %s started in %.1fs in %s\n", what, time.Since(start).Seconds(), dir)
 	}
 	// Always: which etcd ran is what a failure's reader asks first.
 	fmt.Fprintf(os.Stderr, "testenv: %s\n", env.Etcd)
+	g := guardRun(began, func(code int) int { return check(finish(env, dir, code)) })
 	setup(env)
+	g.testsStart()
 	code := m.Run()
+	g.disarm()
+	return check(finish(env, dir, code))
+}
+
+// finish stops the Env and removes its directory after a passing run; after
+// a failing one it keeps the logs.
+func finish(env *Env, dir string, code int) int {
 	if err := env.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1
@@ -108,6 +123,7 @@ func (e *Env) Namespace(t testing.TB) string {
 // before the node started (a node a killed run abandoned is brought down
 // before that record).
 func MainNode(m *testing.M, setup func(*Env)) {
+	began := time.Now()
 	flag.Parse()
 	if why := NodeMissing(); why != "" {
 		fmt.Fprintf(os.Stderr, "testenv: no node: %s; the tests that need one skip\n", why)
@@ -122,17 +138,110 @@ func MainNode(m *testing.M, setup func(*Env)) {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		os.Exit(1)
 	}
-	code := runWith(m, Options{Node: true}, setup)
-	after, err := snapshotHost()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "testenv:", err)
-		code = 1
+	os.Exit(runWith(m, Options{Node: true}, began, setup, func(code int) int {
+		after, err := snapshotHost()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testenv:", err)
+			code = 1
+		}
+		if d := before.diff(after); len(d) > 0 {
+			fmt.Fprintf(os.Stderr, "testenv: the node left the host changed:\n  %s\n", strings.Join(d, "\n  "))
+			code = 1
+		}
+		return code
+	}))
+}
+
+// runGuard ends the run through end (the Env's teardown, which returns the
+// exit code) when go test is about to end the binary, or when the binary is
+// told to stop (SIGINT, SIGTERM: a CI job cancelled). Both of go test's
+// ends, the -test.timeout panic and the go command's kill, exit without a
+// teardown: the components die with the binary, but the node's host state
+// (mounts, iptables rules, sysctls) stays until the next run brings the
+// abandoned node down. It fires a margin before the earlier of the two: the
+// kill comes -test.timeout plus a minute after the binary started, the
+// panic -test.timeout after m.Run starts (testsStart), which is earlier
+// unless the setup took over a minute. The tests' stacks are printed first,
+// as the panic would.
+type runGuard struct {
+	end     func(code int) int
+	timeout time.Duration // 0: no -test.timeout
+	kill    time.Time     // when the go command kills the binary
+	timer   *time.Timer
+	sigs    chan os.Signal
+	quit    chan struct{}
+
+	mu    sync.Mutex
+	ended bool
+}
+
+func guardRun(began time.Time, end func(code int) int) *runGuard {
+	g := &runGuard{end: end, sigs: make(chan os.Signal, 1), quit: make(chan struct{})}
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && d > 0 {
+			g.timeout = d
+			g.kill = began.Add(d + time.Minute)
+			g.timer = time.AfterFunc(time.Until(g.kill.Add(-g.margin())), g.expired)
+		}
 	}
-	if d := before.diff(after); len(d) > 0 {
-		fmt.Fprintf(os.Stderr, "testenv: the node left the host changed:\n  %s\n", strings.Join(d, "\n  "))
-		code = 1
+	signal.Notify(g.sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case sig := <-g.sigs:
+			g.stop("told to stop (" + sig.String() + ")")
+		case <-g.quit:
+		}
+	}()
+	return g
+}
+
+// margin is what the teardown gets: Stop takes seconds (a few seconds'
+// grace per component).
+func (g *runGuard) margin() time.Duration { return min(g.timeout/4, time.Minute) }
+
+// testsStart is called just before m.Run: its alarm counts from now.
+func (g *runGuard) testsStart() {
+	if g.timer == nil {
+		return
 	}
-	os.Exit(code)
+	if panics := time.Now().Add(g.timeout); panics.Before(g.kill) {
+		g.timer.Reset(time.Until(panics.Add(-g.margin())))
+	}
+}
+
+func (g *runGuard) expired() {
+	g.stop(fmt.Sprintf("go test's -timeout %s ends this binary in %s", g.timeout, g.margin().Round(time.Second)))
+}
+
+func (g *runGuard) take() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	was := g.ended
+	g.ended = true
+	return !was
+}
+
+func (g *runGuard) stop(why string) {
+	if !g.take() {
+		return
+	}
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	fmt.Fprintf(os.Stderr, "testenv: %s; the goroutines:\n%s\ntestenv: %s: stopping the test environment before the binary ends without its teardown\n", why, buf, why)
+	os.Exit(g.end(1))
+}
+
+// disarm is called once the tests are done; if the teardown has begun, it
+// waits for its exit.
+func (g *runGuard) disarm() {
+	if !g.take() {
+		select {}
+	}
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	signal.Stop(g.sigs)
+	close(g.quit)
 }
 
 // NeedNode skips the test, saying why, when there is no node.
