@@ -64,6 +64,18 @@ func want(t *testing.T, got []string, from, to int) {
 	}
 }
 
+// followedFrom writes lines 0..n to log and starts a follower that has read
+// them; both are closed when the test ends.
+func followedFrom(t *testing.T, log string, n int) (*os.File, *follower) {
+	t.Helper()
+	w := writer(t, log)
+	w.WriteString(lines(0, n))
+	fl := newFollower(log, 1024, nil)
+	t.Cleanup(fl.Close)
+	want(t, readAll(t, fl), 0, n)
+	return w, fl
+}
+
 func writer(t *testing.T, path string) *os.File {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -185,11 +197,7 @@ func TestFollowCopyTruncate(t *testing.T) {
 		t.Run(fmt.Sprint(after), func(t *testing.T) {
 			dir := t.TempDir()
 			log := filepath.Join(dir, "app.log")
-			w := writer(t, log)
-			w.WriteString(lines(0, 100))
-			fl := newFollower(log, 1024, nil)
-			defer fl.Close()
-			want(t, readAll(t, fl), 0, 100)
+			w, fl := followedFrom(t, log, 100)
 			w.WriteString(lines(100, 110))
 			copyTruncate(log)
 			w.WriteString(lines(1000, 1000+after))
@@ -205,11 +213,7 @@ func TestFollowCopyTruncate(t *testing.T) {
 func TestFollowTruncatedAndRecreated(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "app.log")
-	w := writer(t, log)
-	w.WriteString(lines(0, 50))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 50)
+	w, fl := followedFrom(t, log, 50)
 	os.Truncate(log, 0)
 	w.WriteString(lines(2000, 2010))
 	want(t, readAll(t, fl), 2000, 2010)
@@ -402,11 +406,7 @@ func TestFollowRotatedTwiceWhileNotRead(t *testing.T) {
 func TestFollowCopyTruncateWindow(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "app.log")
-	w := writer(t, log)
-	w.WriteString(lines(0, 100))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 100)
+	w, fl := followedFrom(t, log, 100)
 	b, _ := os.ReadFile(log)
 	os.WriteFile(log+".1", b, 0o644)
 	w.WriteString(lines(100, 110))
@@ -483,11 +483,7 @@ func TestFollowCopyTruncateWindowFirstRead(t *testing.T) {
 func TestFollowTruncatedBetweenLookAndRead(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "app.log")
-	w := writer(t, log)
-	w.WriteString(lines(0, 100))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 100)
+	w, fl := followedFrom(t, log, 100)
 	w.WriteString(lines(100, 200))
 	fl.live.f = &readHook{logFile: fl.live.f, before: func() {
 		copyTruncate(log)
@@ -514,11 +510,7 @@ func TestFollowTruncatedBeforeRead(t *testing.T) {
 				}
 				copyTruncate(log)
 			}
-			w := writer(t, log)
-			w.WriteString(lines(0, 100))
-			fl := newFollower(log, 1024, nil)
-			defer fl.Close()
-			want(t, readAll(t, fl), 0, 100)
+			w, fl := followedFrom(t, log, 100)
 			w.WriteString(lines(100, 200))
 			rotate()
 			if !empty {
@@ -823,11 +815,7 @@ func TestFollowCopyInodeReused(t *testing.T) {
 func TestFollowCopyInProgress(t *testing.T) {
 	dir := t.TempDir()
 	log := filepath.Join(dir, "app.log")
-	w := writer(t, log)
-	w.WriteString(lines(0, 100))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 100)
+	w, fl := followedFrom(t, log, 100)
 	w.WriteString(lines(100, 200))
 	copyTruncate(log) // A: its end, 100-200, unread
 	w.WriteString(lines(200, 300))
@@ -1062,11 +1050,7 @@ func TestFollowScanStopsAtLiveFile(t *testing.T) {
 // are sorted among the files that left the path.
 func TestFollowCompressedSameMtimeInOrder(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "keystone.log")
-	w := writer(t, log)
-	w.WriteString(lines(0, 10))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 10)
+	w, fl := followedFrom(t, log, 10)
 	for i := range 4 { // while nothing reads
 		if err := fastCreate(log, func() {}, func() {}); err != nil {
 			t.Fatal(err)
@@ -1094,11 +1078,7 @@ func TestFollowCompressedSameMtimeInOrder(t *testing.T) {
 func TestFollowScanHeaderFilesNotTakenForLive(t *testing.T) {
 	const header = "# keystone access log v1"
 	log := filepath.Join(t.TempDir(), "keystone.log")
-	w := writer(t, log)
-	w.WriteString(lines(0, 10))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 10)
+	w, fl := followedFrom(t, log, 10)
 	var wantLines []string
 	for i := range 3 { // while nothing reads: the first and the last only begun
 		if err := fastCreate(log, func() {}, func() {}); err != nil {

@@ -140,22 +140,19 @@ func shiftRotated(log string, pause func()) error {
 // the interleavings differ at every run (the follower's log is shown on a
 // failure).
 func TestFollowUnderFastCopytruncate(t *testing.T) {
-	seeds := 8
-	if testing.Short() {
-		seeds = 2
-	}
-	for seed := range seeds {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			t.Parallel()
-			followUnderFastRotation(t, "copytruncate", uint64(seed))
-		})
-	}
+	followUnderFastRotation(t, "copytruncate")
 }
 
 // As TestFollowUnderFastCopytruncate, with logrotate's create steps
 // (fastCreate): the service writes to the renamed file until it opens
 // the path again.
 func TestFollowUnderFastCreate(t *testing.T) {
+	followUnderFastRotation(t, "create")
+}
+
+// followUnderFastRotation runs followSeedUnderFastRotation with 8 seeds in
+// parallel (2 with -short).
+func followUnderFastRotation(t *testing.T, mode string) {
 	seeds := 8
 	if testing.Short() {
 		seeds = 2
@@ -163,12 +160,12 @@ func TestFollowUnderFastCreate(t *testing.T) {
 	for seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			followUnderFastRotation(t, "create", uint64(seed))
+			followSeedUnderFastRotation(t, mode, uint64(seed))
 		})
 	}
 }
 
-func followUnderFastRotation(t *testing.T, mode string, seed uint64) {
+func followSeedUnderFastRotation(t *testing.T, mode string, seed uint64) {
 	dir := filepath.Join(t.TempDir(), "keystone")
 	mkdir(t, dir)
 	log := filepath.Join(dir, "keystone.log")
