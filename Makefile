@@ -21,8 +21,11 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/kolla-agent
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)-probe ./cmd/kolla-agent-probe
 
+# As root (where e2e/ runs a node), also the Debian roots of the tests'
+# images: built cold inside e2e/, they took minutes of its go test timeout.
 tools:
 	bash hack/install-tools.sh all >/dev/null
+	@if [ "$$(id -u)" = 0 ] && command -v mmdebstrap >/dev/null; then $(GO) run ./hack/images -roots; fi
 
 vet:
 	$(GO) vet ./...

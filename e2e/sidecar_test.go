@@ -35,7 +35,7 @@ func uwsgiImage(t testing.TB) {
 	t.Helper()
 	uwsgiOnce.Do(func() {
 		uwsgiOnce.err = func() error {
-			rootfs, err := image.DebianRoot(filepath.Join(testenv.CacheDir(), "images"), "bookworm", []string{"uwsgi-core", "uwsgi-plugin-python3"})
+			rootfs, err := image.DebianRoot(filepath.Join(testenv.CacheDir(), "images"), "bookworm", image.UWSGIPackages())
 			if err != nil {
 				return err
 			}

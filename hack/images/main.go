@@ -28,11 +28,38 @@ func main() {
 	out := flag.String("out", "bin/images", "where the tarballs go")
 	into := flag.String("import", "", "a hack/testenv directory whose node gets the images (skipped when none runs there)")
 	services := flag.Bool("services", true, "also the service images (a Debian root each, cached by package list)")
+	roots := flag.Bool("roots", false, "only build (or find cached) every Debian root the tests use, and no image: what make tools does before the tests, whose timeouts a cold build would eat")
 	flag.Parse()
+	if *roots {
+		if err := buildRoots(); err != nil {
+			fmt.Fprintln(os.Stderr, "images:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*out, *into, *services); err != nil {
 		fmt.Fprintln(os.Stderr, "images:", err)
 		os.Exit(1)
 	}
+}
+
+// buildRoots builds the Debian roots of the examples slice's images and of
+// e2e's uWSGI image into the cache.
+func buildRoots() error {
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	cache := filepath.Join(testenv.CacheDir(), "images")
+	start := time.Now()
+	if _, err := slice.Images(root, cache); err != nil {
+		return err
+	}
+	if _, err := image.DebianRoot(cache, "bookworm", image.UWSGIPackages()); err != nil {
+		return err
+	}
+	fmt.Printf("the tests' Debian roots, cached in %s: %.0fs\n", cache, time.Since(start).Seconds())
+	return nil
 }
 
 func run(out, into string, services bool) error {

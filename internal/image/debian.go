@@ -23,6 +23,10 @@ func DebianRoot(dir, suite string, packages []string) (string, error) {
 	return Root{Suite: suite, Packages: packages}.Build(dir)
 }
 
+// UWSGIPackages are the Debian packages of e2e's uWSGI image: uWSGI serving
+// a Python app, as openstack-helm runs keystone and the other APIs.
+func UWSGIPackages() []string { return []string{"uwsgi-core", "uwsgi-plugin-python3"} }
+
 // Root is a Debian root to build. Essential and Customize are shell
 // commands mmdebstrap runs on the host with the root's path as $1:
 // Essential once the essential packages are in and before Packages (users
