@@ -123,7 +123,7 @@ type follower struct {
 	fresh  rotRef
 	// finished are the last files read to their end, which a scan must
 	// not read again.
-	finished [8]Position
+	finished [8]doneFile
 	nfin     int
 
 	// testOpened runs, when set, once a new live file is open, before the
@@ -293,6 +293,7 @@ func (fl *follower) Read(max int, fn func(Line) bool) (int, error) {
 			fl.emit(s, s.part, len(s.part), false, fn)
 			s.part = nil
 		}
+		fl.closed(s)
 		s.f.Close()
 		fl.closing = slices.Delete(fl.closing, i, i+1)
 	}
@@ -614,9 +615,10 @@ func (fl *follower) copiesSince(s *source) bool {
 
 // startAfter sets fresh for s, the first live file of a fresh start,
 // opened empty: the newest file rotated from the path before s was opened
-// (remembered: compressed later, it is known by its first line), or, with
-// none, s's mtime (any file rotated after is newer). One made since (the
-// listing can take a second while logrotate renames) holds s's lines.
+// (remembered: compressed later, it is known by its first line and head),
+// or, with none, s's mtime (any file rotated after is newer). One made
+// since (the listing can take a second while logrotate renames) holds s's
+// lines.
 func (fl *follower) startAfter(s *source) {
 	if s.id.HeadLen > 0 {
 		return
@@ -644,7 +646,7 @@ func (fl *follower) startAfter(s *source) {
 	defer f.Close()
 	if id, err := identify(f); err == nil {
 		id.First = firstLine(f)
-		fl.remember(id)
+		fl.remember(id, f)
 	}
 	fl.fresh = rotRef{mtime: r.mtime, born: r.born, dev: r.dev, ino: r.ino}
 }
@@ -709,7 +711,7 @@ func (fl *follower) finish(s *source) {
 		s.f.Close()
 	}
 	fl.passed(s)
-	fl.remember(s.id)
+	fl.remember(s.id, s.f)
 }
 
 // passed makes s the scan's reference if it came to the path after the
@@ -721,9 +723,28 @@ func (fl *follower) passed(s *source) {
 	}
 }
 
-func (fl *follower) remember(p Position) {
-	fl.finished[fl.nfin%len(fl.finished)] = p
+// doneFile is a finished file as known remembers it: its id, and its head
+// (at most headLen bytes) when last seen.
+type doneFile struct {
+	id   Position
+	head []byte
+}
+
+// remember adds the file p identifies, open as f, to the finished ring.
+// f must still be open: its head is read now.
+func (fl *follower) remember(p Position, f io.ReaderAt) {
+	fl.finished[fl.nfin%len(fl.finished)] = doneFile{p, headOf(f)}
 	fl.nfin++
+}
+
+// closed updates the finished ring's head of s, closed now after its
+// writer's grace: a late line may have made it longer.
+func (fl *follower) closed(s *source) {
+	for i := range fl.finished[:min(fl.nfin, len(fl.finished))] {
+		if d := &fl.finished[i]; d.id.Dev == s.id.Dev && d.id.Ino == s.id.Ino && d.id.Head == s.id.Head {
+			d.head = headOf(s.f)
+		}
+	}
 }
 
 // rotatedAfter opens the files rotated from the path after ref, oldest
@@ -781,7 +802,7 @@ func (fl *follower) rotatedAfterOnce(ref rotRef, copyOf *Position, live, opened 
 			if same, _ := headMatches(f, *copyOf); same {
 				if id, err := identify(f); err == nil {
 					id.First = firstLine(f)
-					fl.remember(id)
+					fl.remember(id, f)
 				}
 				f.Close()
 				continue
@@ -884,23 +905,46 @@ func (fl *follower) before(r, ref rotatedFile) bool {
 // known: f is a file open already (closing ones too: done, but once more
 // files finished than the ring holds, only being open remembers them), or
 // finished. A compressed copy has an inode of its own: it is known by its
-// first line.
+// first line, of a file a line was read from, and its head (at most
+// headLen bytes), which must be the head that file holds now (open) or
+// held when last seen (finished), or a part of it from the start: a copy
+// holds no more than its file, and may hold less (made before its last
+// lines). Files that all begin with one header line differ after it, and
+// one longer than a file that holds the header alone is not its copy.
 func (fl *follower) known(f logFile) bool {
 	_, gz := f.(*gzFile)
-	first := ""
+	var first string
+	var head []byte
 	if gz {
-		first = firstLine(f)
+		first, head = firstLine(f), headOf(f)
 	}
-	is := func(p Position) bool {
-		same, _ := sameFile(f, p)
-		return same || gz && p.First != "" && p.First == first
+	copyOf := func(p Position, of []byte) bool {
+		return gz && p.First != "" && p.First == first &&
+			len(head) <= len(of) && bytes.Equal(head, of[:len(head)])
 	}
 	for _, s := range slices.Concat(fl.left, fl.closing, []*source{fl.live}) {
-		if s != nil && is(s.id) {
+		if s == nil {
+			continue
+		}
+		if same, _ := sameFile(f, s.id); same || copyOf(s.id, headOf(s.f)) {
 			return true
 		}
 	}
-	return slices.ContainsFunc(fl.finished[:min(fl.nfin, len(fl.finished))], is)
+	return slices.ContainsFunc(fl.finished[:min(fl.nfin, len(fl.finished))], func(d doneFile) bool {
+		same, _ := sameFile(f, d.id)
+		return same || copyOf(d.id, d.head)
+	})
+}
+
+// headOf is f's head: its first headLen bytes, or all it holds when fewer
+// (none when it cannot be read).
+func headOf(f io.ReaderAt) []byte {
+	b := make([]byte, headLen)
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil
+	}
+	return b[:n]
 }
 
 // split cuts b, read after the part s holds, into lines and pieces of at

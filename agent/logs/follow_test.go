@@ -1099,6 +1099,99 @@ func TestFollowScanHeaderFilesNotTakenForLive(t *testing.T) {
 	}
 }
 
+// Files that all begin with the same header line, rotated and compressed
+// while nothing read, are told apart by what follows the header: a
+// compressed file that was never read is not taken for the copy of one
+// that was (by its first line alone it was, and skipped, lost whole), also
+// when the file read holds the header alone.
+func TestFollowHeaderFilesCompressedKnownByHead(t *testing.T) {
+	const header = "# keystone access log v1"
+	for _, first := range []int{10, 0} {
+		t.Run(fmt.Sprintf("%d lines after the header", first), func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "keystone.log")
+			w := writer(t, log)
+			w.WriteString(header + "\n" + lines(0, first))
+			fl := newFollower(log, 1024, nil)
+			defer fl.Close()
+			if got := readAll(t, fl); len(got) != first+1 {
+				t.Fatalf("got %d lines, want the header and %d", len(got), first)
+			}
+			var wantLines []string
+			for i := 1; i <= 3; i++ { // while nothing reads: the first unread file ends up compressed
+				if err := fastCreate(log, func() {}, func() {}); err != nil {
+					t.Fatal(err)
+				}
+				w.Close()
+				w = writer(t, log)
+				w.WriteString(header + "\n" + lines(10*i, 10*i+10))
+				wantLines = append(wantLines, header)
+				wantLines = append(wantLines, strings.Split(strings.TrimSuffix(lines(10*i, 10*i+10), "\n"), "\n")...)
+				time.Sleep(10 * time.Millisecond) // each file last written in a tick of the file clock of its own
+			}
+			if _, err := os.Stat(log + ".2.gz"); err != nil {
+				t.Fatal("the first file not read is not compressed:", err)
+			}
+			if got := readAll(t, fl); strings.Join(got, "\n") != strings.Join(wantLines, "\n") {
+				t.Fatalf("got %d lines %q, want %d", len(got), got, len(wantLines))
+			}
+		})
+	}
+}
+
+// A short file's compressed copy made before the file's last lines (no
+// delaycompress: compressed at once after the rename, the writer not yet
+// moved on) holds less than the file held when done and holds now, with a
+// late line, open for its writer's grace: it is known (a copy may hold
+// less than its file, from the start). One that holds more than the file,
+// after the same bytes, is not.
+func TestFollowCopyShorterThanLateLineKnown(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "app.log")
+	old, fl := followedFrom(t, log, 3)
+	renameFile(t, log, log+".1")
+	writer(t, log).WriteString(lines(10, 20)) // the others reopened
+	want(t, readAll(t, fl), 10, 20)
+	old.WriteString(lines(3, 4)) // the late one
+	want(t, readAll(t, fl), 3, 4)
+	if len(fl.closing) != 1 {
+		t.Fatalf("%d files closing, want the renamed one", len(fl.closing))
+	}
+	if gz := writeGz(t, dir, "app.log.1.gz", gzipped([]byte(lines(0, 2)))); !fl.known(gz) {
+		t.Error("the copy made before the file's last lines is not known")
+	}
+	if gz := writeGz(t, dir, "app.log.2.gz", gzipped([]byte(lines(0, 5)))); fl.known(gz) {
+		t.Error("a file holding more than the one read is taken for its copy")
+	}
+}
+
+// A file done, given a late line within its writer's grace and closed
+// after it, is remembered with that line: its compressed copy, made at the
+// next rotation (delaycompress), holds it and is known, not read again.
+func TestFollowLateLineCopyKnownAfterClose(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "app.log")
+	old, fl := followedFrom(t, log, 3)
+	renameFile(t, log, log+".1")
+	w := writer(t, log)
+	w.WriteString(lines(10, 20)) // the others reopened
+	want(t, readAll(t, fl), 10, 20)
+	if len(fl.closing) != 1 {
+		t.Fatalf("%d files closing, want the renamed one", len(fl.closing))
+	}
+	old.WriteString(lines(3, 4)) // the late one
+	want(t, readAll(t, fl), 3, 4)
+	fl.closing[0].closeAt = time.Now() // its grace over
+	want(t, readAll(t, fl), 0, 0)
+	if len(fl.closing) != 0 {
+		t.Fatal("the renamed file is still open after its grace")
+	}
+	if err := fastCreate(log, func() {}, func() {}); err != nil { // app.log.1 compressed, with the late line
+		t.Fatal(err)
+	}
+	w.Close()
+	writer(t, log).WriteString(lines(20, 30))
+	want(t, readAll(t, fl), 20, 30)
+}
+
 // resumed is a new follower of log resumed from every saved position, as
 // the agent starts again.
 func resumed(t *testing.T, log string, saved ...Position) *follower {
@@ -1136,7 +1229,7 @@ func TestFollowClosingFileKnown(t *testing.T) {
 		t.Fatalf("%d files closing, want the one finished", len(fl.closing))
 	}
 	for i := range len(fl.finished) {
-		fl.remember(Position{Dev: 1, Ino: uint64(100 + i), First: fmt.Sprint(i)})
+		fl.remember(Position{Dev: 1, Ino: uint64(100 + i), First: fmt.Sprint(i)}, strings.NewReader(fmt.Sprint(i)))
 	}
 	gz := writeGz(t, dir, "keystone.log.2.gz", gzipped([]byte(lines(0, 10))))
 	if !fl.known(gz) {
