@@ -61,6 +61,58 @@ func TestAbandoned(t *testing.T) {
 	}
 }
 
+// startedAt reads a process's start to within the boot time's second: what
+// runGuard counts the go command's kill from.
+func TestStartedAt(t *testing.T) {
+	before := time.Now()
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	after := time.Now()
+	at, ok := startedAt(cmd.Process.Pid)
+	if !ok {
+		t.Fatal("startedAt: no start read")
+	}
+	// btime is whole seconds: the boot may have been up to a second later.
+	if at.Before(before.Add(-1500*time.Millisecond)) || at.After(after.Add(500*time.Millisecond)) {
+		t.Errorf("started at %s, want between %s and %s", at.Format(time.StampMilli), before.Format(time.StampMilli), after.Format(time.StampMilli))
+	}
+	if _, ok := startedAt(1 << 30); ok {
+		t.Error("startedAt of no process read a start")
+	}
+}
+
+// fireAt: a margin before go test's kill (the timeout and its wait delay
+// after the binary's start) or its -timeout panic (the timeout after the
+// tests start), whichever is earlier.
+func TestFireAt(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		tests   time.Duration // after t0; <0: not started
+		timeout time.Duration
+		at      time.Duration // after t0
+		what    string
+	}{
+		{"tests start soon: the panic", 10 * time.Second, 40 * time.Second, 40 * time.Second, "the -timeout panic ends this binary in 10s"},
+		{"a long setup: the kill", 5 * time.Minute, 40 * time.Second, 90 * time.Second, "the go command kills this binary in 10s"},
+		{"not started: the kill", -1, 30 * time.Minute, 32 * time.Minute, "the go command kills this binary in 1m0s"},
+		{"a long timeout's wait delay is a tenth", 2 * time.Minute, 30 * time.Minute, 31 * time.Minute, "the -timeout panic ends"},
+		{"a long timeout, a long setup", 4 * time.Minute, 30 * time.Minute, 32 * time.Minute, "the go command kills"},
+	} {
+		var tests time.Time
+		if tc.tests >= 0 {
+			tests = t0.Add(tc.tests)
+		}
+		at, why := fireAt(t0, tests, tc.timeout)
+		if !at.Equal(t0.Add(tc.at)) || !strings.Contains(why, tc.what) {
+			t.Errorf("%s: fires at t0+%s (%q), want t0+%s (%q)", tc.name, at.Sub(t0), why, tc.at, tc.what)
+		}
+	}
+}
+
 func TestParseNodeLock(t *testing.T) {
 	for in, want := range map[string][2]string{
 		"/tmp/a\n":             {"/tmp/a", ""}, // the format before owners

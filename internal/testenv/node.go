@@ -208,20 +208,13 @@ func abandoned(dir, owner string) bool {
 			return false
 		}
 	}
-	entries, err := os.ReadDir("/proc")
+	pids, err := Running(dir)
 	if err != nil {
 		return false
 	}
-	for _, ent := range entries {
-		pid, err := strconv.Atoi(ent.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile("/proc/" + ent.Name() + "/cmdline")
-		if err != nil || bytes.Contains(cmdline, []byte("containerd-shim")) {
-			continue
-		}
-		if alive(pid, dir) {
+	for _, pid := range pids {
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err == nil && !bytes.Contains(cmdline, []byte("containerd-shim")) {
 			return false
 		}
 	}

@@ -38,6 +38,28 @@ func childEnv() []string {
 	return env
 }
 
+// startedAt is when process pid started: its starttime in /proc/PID/stat
+// (clock ticks after boot; USER_HZ is 100 on every Linux ABI) after the
+// boot time in /proc/stat (whole seconds). False when either is unreadable.
+func startedAt(pid int) (time.Time, bool) {
+	_, ticks, ok := strings.Cut(processID(pid), " ")
+	n, err := strconv.ParseInt(ticks, 10, 64)
+	if !ok || err != nil {
+		return time.Time{}, false
+	}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, found := strings.CutPrefix(line, "btime "); found {
+			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return time.Unix(boot, 0).Add(time.Duration(n) * time.Second / 100), err == nil
+		}
+	}
+	return time.Time{}, false
+}
+
 // adopt returns the process for a PID recorded in a pids file, or nil when
 // that PID is gone or now belongs to something else (its command line no
 // longer names dir): a recycled PID must never be signalled.
@@ -45,8 +67,6 @@ func adopt(name string, pid int, dir, logPath string) *proc.Process {
 	return proc.Adopt(name, pid, logPath, func() bool { return alive(pid, dir) })
 }
 
-// alive reports whether pid is a live (non-zombie) process whose command line
-// names the Env's directory.
 // Running lists the live processes naming dir on their command line: an
 // Env's components, its containerd shims, and their children.
 func Running(dir string) ([]int, error) {
@@ -63,6 +83,8 @@ func Running(dir string) ([]int, error) {
 	return pids, nil
 }
 
+// alive reports whether pid is a live (non-zombie) process whose command line
+// names the Env's directory.
 func alive(pid int, dir string) bool {
 	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
 	if err != nil || !bytes.Contains(cmdline, []byte(dir+string(os.PathSeparator))) {

@@ -23,23 +23,24 @@ import (
 // it in a package variable). The Env's directory is removed after a passing
 // run and kept, with the component logs, after a failing one.
 func Main(m *testing.M, setup func(*Env)) {
-	began := time.Now()
 	flag.Parse() // for testing.Verbose; m.Run does not parse twice
-	os.Exit(runWith(m, Options{}, began, setup, func(code int) int { return code }))
+	os.Exit(runWith(m, Options{}, setup, func(code int) int { return code }))
 }
 
-// runWith starts an Env, runs the tests and stops the Env; check then has
-// the last word on the exit code (MainNode's host check). began is when the
-// binary started (go test's kill timeout counts from there).
-func runWith(m *testing.M, o Options, began time.Time, setup func(*Env), check func(code int) int) int {
+// runWith starts an Env, runs the tests and stops the Env (runGuard: also
+// when go test or a signal is about to end the binary); check then has the
+// last word on the exit code (MainNode's host check).
+func runWith(m *testing.M, o Options, setup func(*Env), check func(code int) int) int {
 	dir, err := os.MkdirTemp("", "kolla-agent-testenv-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		return check(1)
 	}
 	start := time.Now()
+	g := guardRun()
 	env, err := StartWith(dir, o)
 	if err != nil {
+		g.disarm()
 		fmt.Fprintf(os.Stderr, "%v\n(files kept in %s)\n", err, dir)
 		return check(1)
 	}
@@ -52,7 +53,7 @@ func runWith(m *testing.M, o Options, began time.Time, setup func(*Env), check f
 	}
 	// Always: which etcd ran is what a failure's reader asks first.
 	fmt.Fprintf(os.Stderr, "testenv: %s\n", env.Etcd)
-	g := guardRun(began, func(code int) int { return check(finish(env, dir, code)) })
+	g.armed(func(code int) int { return check(finish(env, dir, code)) })
 	setup(env)
 	g.testsStart()
 	code := m.Run()
@@ -123,7 +124,6 @@ func (e *Env) Namespace(t testing.TB) string {
 // before the node started (a node a killed run abandoned is brought down
 // before that record).
 func MainNode(m *testing.M, setup func(*Env)) {
-	began := time.Now()
 	flag.Parse()
 	if why := NodeMissing(); why != "" {
 		fmt.Fprintf(os.Stderr, "testenv: no node: %s; the tests that need one skip\n", why)
@@ -138,7 +138,7 @@ func MainNode(m *testing.M, setup func(*Env)) {
 		fmt.Fprintln(os.Stderr, "testenv:", err)
 		os.Exit(1)
 	}
-	os.Exit(runWith(m, Options{Node: true}, began, setup, func(code int) int {
+	os.Exit(runWith(m, Options{Node: true}, setup, func(code int) int {
 		after, err := snapshotHost()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "testenv:", err)
@@ -152,96 +152,152 @@ func MainNode(m *testing.M, setup func(*Env)) {
 	}))
 }
 
-// runGuard ends the run through end (the Env's teardown, which returns the
-// exit code) when go test is about to end the binary, or when the binary is
-// told to stop (SIGINT, SIGTERM: a CI job cancelled). Both of go test's
-// ends, the -test.timeout panic and the go command's kill, exit without a
-// teardown: the components die with the binary, but the node's host state
-// (mounts, iptables rules, sysctls) stays until the next run brings the
-// abandoned node down. It fires a margin before the earlier of the two: the
-// kill comes -test.timeout plus a minute after the binary started, the
-// panic -test.timeout after m.Run starts (testsStart), which is earlier
-// unless the setup took over a minute. The tests' stacks are printed first,
-// as the panic would.
+// runGuard ends the run through the Env's teardown when go test is about
+// to end the binary, or when the binary is told to stop (SIGINT, SIGTERM: a
+// CI job cancelled). go test's ends, the -test.timeout panic and the go
+// command's kill, exit without a teardown: the components die with the
+// binary, but the node's host state (mounts, iptables rules, sysctls)
+// stays until the next run brings the abandoned node down. It fires a
+// margin before the earlier of the two: the kill comes -test.timeout plus
+// its wait delay (a minute, or a tenth of the timeout when longer) after
+// the binary started, the panic -test.timeout after m.Run starts
+// (testsStart). With -test.bench or -test.fuzz there is neither (the
+// alarm covers no benchmark or fuzzing, and the go command sets no kill),
+// and only the signals count. A run whose tests end within the margin of
+// the timeout fails where go test would pass it; the margin is a minute
+// at most. The goroutines' stacks are printed first, as the panic would.
 type runGuard struct {
-	end     func(code int) int
-	timeout time.Duration // 0: no -test.timeout
-	kill    time.Time     // when the go command kills the binary
+	timeout time.Duration // 0: no deadline
+	began   time.Time     // the binary's start
 	timer   *time.Timer
 	sigs    chan os.Signal
-	quit    chan struct{}
 
 	mu    sync.Mutex
+	end   func(code int) int // nil until the Env runs
+	why   string             // a stop asked before then
 	ended bool
 }
 
-func guardRun(began time.Time, end func(code int) int) *runGuard {
-	g := &runGuard{end: end, sigs: make(chan os.Signal, 1), quit: make(chan struct{})}
+// guardRun starts catching SIGINT and SIGTERM, until the process exits: one
+// that comes before the Env runs (armed) ends the run once it does.
+func guardRun() *runGuard {
+	g := &runGuard{sigs: make(chan os.Signal, 1)}
+	if flagSet("test.fuzzworker") {
+		return g // its coordinator's: signals and all
+	}
+	if flagSet("test.bench") || flagSet("test.fuzz") {
+		return g.listen()
+	}
 	if f := flag.Lookup("test.timeout"); f != nil {
 		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && d > 0 {
-			g.timeout = d
-			g.kill = began.Add(d + time.Minute)
-			g.timer = time.AfterFunc(time.Until(g.kill.Add(-g.margin())), g.expired)
+			began, ok := startedAt(os.Getpid())
+			if !ok {
+				began = time.Now()
+			}
+			g.timeout, g.began = d, began
 		}
 	}
+	return g.listen()
+}
+
+func (g *runGuard) listen() *runGuard {
 	signal.Notify(g.sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
-		select {
-		case sig := <-g.sigs:
+		for sig := range g.sigs {
 			g.stop("told to stop (" + sig.String() + ")")
-		case <-g.quit:
 		}
 	}()
 	return g
 }
 
-// margin is what the teardown gets: Stop takes seconds (a few seconds'
-// grace per component).
-func (g *runGuard) margin() time.Duration { return min(g.timeout/4, time.Minute) }
+// flagSet: the testing flag name is set to something.
+func flagSet(name string) bool {
+	f := flag.Lookup(name)
+	return f != nil && f.Value.String() != "" && f.Value.String() != "false"
+}
+
+// fireAt is when a run that began at began, whose tests start at tests
+// (zero: not yet), is stopped with -test.timeout timeout, and what ends it
+// then: a margin (what Stop needs: a few seconds' grace per component)
+// before go test's kill or its -timeout panic, the earlier.
+func fireAt(began, tests time.Time, timeout time.Duration) (time.Time, string) {
+	margin := min(timeout/4, time.Minute)
+	at, what := began.Add(timeout+max(time.Minute, timeout/10)), "the go command kills"
+	if !tests.IsZero() && tests.Add(timeout).Before(at) {
+		at, what = tests.Add(timeout), "the -timeout panic ends"
+	}
+	return at.Add(-margin), fmt.Sprintf("go test's -timeout is %s: %s this binary in %s", timeout, what, margin.Round(time.Second))
+}
+
+func (g *runGuard) arm(tests time.Time) {
+	at, why := fireAt(g.began, tests, g.timeout)
+	if g.timer == nil {
+		g.timer = time.AfterFunc(time.Until(at), func() { g.stop(why) })
+		return
+	}
+	if g.timer.Stop() {
+		g.timer = time.AfterFunc(time.Until(at), func() { g.stop(why) })
+	}
+}
+
+// armed: the Env runs, and end tears it down. The kill's deadline counts
+// from now on; a stop asked meanwhile happens now.
+func (g *runGuard) armed(end func(code int) int) {
+	g.mu.Lock()
+	g.end = end
+	why := g.why
+	if g.timeout > 0 {
+		g.arm(time.Time{})
+	}
+	g.mu.Unlock()
+	if why != "" {
+		g.stop(why)
+	}
+}
 
 // testsStart is called just before m.Run: its alarm counts from now.
 func (g *runGuard) testsStart() {
-	if g.timer == nil {
-		return
-	}
-	if panics := time.Now().Add(g.timeout); panics.Before(g.kill) {
-		g.timer.Reset(time.Until(panics.Add(-g.margin())))
-	}
-}
-
-func (g *runGuard) expired() {
-	g.stop(fmt.Sprintf("go test's -timeout %s ends this binary in %s", g.timeout, g.margin().Round(time.Second)))
-}
-
-func (g *runGuard) take() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	was := g.ended
-	g.ended = true
-	return !was
+	if g.timer != nil {
+		g.arm(time.Now())
+	}
 }
 
 func (g *runGuard) stop(why string) {
-	if !g.take() {
+	g.mu.Lock()
+	if g.ended {
+		g.mu.Unlock()
+		return // the teardown runs already
+	}
+	if g.end == nil {
+		g.why = why // the Env is starting: ended once it runs
+		g.mu.Unlock()
 		return
 	}
+	g.ended = true
+	end := g.end
+	g.mu.Unlock()
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	fmt.Fprintf(os.Stderr, "testenv: %s; the goroutines:\n%s\ntestenv: %s: stopping the test environment before the binary ends without its teardown\n", why, buf, why)
-	os.Exit(g.end(1))
+	os.Exit(end(1))
 }
 
-// disarm is called once the tests are done; if the teardown has begun, it
-// waits for its exit.
+// disarm is called once the tests are done, before the teardown; if a
+// stop's teardown has begun, it waits for its exit. Signals stay caught:
+// one now does not cut the teardown short.
 func (g *runGuard) disarm() {
-	if !g.take() {
+	g.mu.Lock()
+	if g.ended {
+		g.mu.Unlock()
 		select {}
 	}
+	g.ended = true
 	if g.timer != nil {
 		g.timer.Stop()
 	}
-	signal.Stop(g.sigs)
-	close(g.quit)
+	g.mu.Unlock()
 }
 
 // NeedNode skips the test, saying why, when there is no node.
