@@ -724,7 +724,7 @@ func (fl *follower) passed(s *source) {
 }
 
 // doneFile is a finished file as known remembers it: its id, and its head
-// (at most headLen bytes) when last seen.
+// (at most headLen bytes) when last seen (heldHead).
 type doneFile struct {
 	id   Position
 	head []byte
@@ -733,7 +733,7 @@ type doneFile struct {
 // remember adds the file p identifies, open as f, to the finished ring.
 // f must still be open: its head is read now.
 func (fl *follower) remember(p Position, f io.ReaderAt) {
-	fl.finished[fl.nfin%len(fl.finished)] = doneFile{p, headOf(f)}
+	fl.finished[fl.nfin%len(fl.finished)] = doneFile{p, heldHead(f, p)}
 	fl.nfin++
 }
 
@@ -742,7 +742,7 @@ func (fl *follower) remember(p Position, f io.ReaderAt) {
 func (fl *follower) closed(s *source) {
 	for i := range fl.finished[:min(fl.nfin, len(fl.finished))] {
 		if d := &fl.finished[i]; d.id.Dev == s.id.Dev && d.id.Ino == s.id.Ino && d.id.Head == s.id.Head {
-			d.head = headOf(s.f)
+			d.head = heldHead(s.f, s.id)
 		}
 	}
 }
@@ -910,7 +910,9 @@ func (fl *follower) before(r, ref rotatedFile) bool {
 // held when last seen (finished), or a part of it from the start: a copy
 // holds no more than its file, and may hold less (made before its last
 // lines). Files that all begin with one header line differ after it, and
-// one longer than a file that holds the header alone is not its copy.
+// one longer than a file that holds the header alone is not its copy. A
+// file truncated since it was identified (copytruncate) holds its copies'
+// bytes no more: a copy then begins with the bytes it was identified by.
 func (fl *follower) known(f logFile) bool {
 	_, gz := f.(*gzFile)
 	var first string
@@ -918,15 +920,23 @@ func (fl *follower) known(f logFile) bool {
 	if gz {
 		first, head = firstLine(f), headOf(f)
 	}
-	copyOf := func(p Position, of []byte) bool {
-		return gz && p.First != "" && p.First == first &&
-			len(head) <= len(of) && bytes.Equal(head, of[:len(head)])
+	// copyOf: f is a copy of the file p identifies, which holds (or held
+	// when last seen) held, nil when no longer what p was identified by.
+	copyOf := func(p Position, held []byte) bool {
+		if !gz || p.First == "" || p.First != first {
+			return false
+		}
+		if held == nil {
+			same, _ := headMatches(f, p)
+			return same
+		}
+		return len(head) <= len(held) && bytes.Equal(head, held[:len(head)])
 	}
 	for _, s := range slices.Concat(fl.left, fl.closing, []*source{fl.live}) {
 		if s == nil {
 			continue
 		}
-		if same, _ := sameFile(f, s.id); same || copyOf(s.id, headOf(s.f)) {
+		if same, _ := sameFile(f, s.id); same || copyOf(s.id, heldHead(s.f, s.id)) {
 			return true
 		}
 	}
@@ -934,6 +944,16 @@ func (fl *follower) known(f logFile) bool {
 		same, _ := sameFile(f, d.id)
 		return same || copyOf(d.id, d.head)
 	})
+}
+
+// heldHead is f's head now, or nil when f no longer begins with the bytes
+// p identified it by (truncated since, copytruncate: its copies begin with
+// those).
+func heldHead(f io.ReaderAt, p Position) []byte {
+	if holds, _ := headMatches(f, p); !holds {
+		return nil
+	}
+	return headOf(f)
 }
 
 // headOf is f's head: its first headLen bytes, or all it holds when fewer

@@ -1192,6 +1192,43 @@ func TestFollowLateLineCopyKnownAfterClose(t *testing.T) {
 	want(t, readAll(t, fl), 20, 30)
 }
 
+// A file truncated since its lines were read (copytruncate, and written
+// again) no longer holds what its copies hold: a compressed copy is known
+// by the bytes the file was identified by, open or finished.
+func TestFollowTruncatedFileCopyKnown(t *testing.T) {
+	for _, finished := range []bool{false, true} {
+		t.Run(fmt.Sprintf("finished %v", finished), func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "app.log")
+			os.WriteFile(log, []byte(lines(0, 20)), 0o644)
+			f, err := openLog(log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fl := newFollower(log, 1024, nil)
+			defer fl.Close()
+			s, err := fl.open(f, 0, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.id.First, s.id.Offset = firstLine(f), s.size    // read to its end
+			os.WriteFile(log, []byte(lines(100, 105)), 0o644) // truncated, written again
+			if finished {
+				fl.remember(s.id, s.f)
+				s.f.Close()
+			} else {
+				fl.left = append(fl.left, s)
+			}
+			if gz := writeGz(t, dir, "app.log.1.gz", gzipped([]byte(lines(0, 20)))); !fl.known(gz) {
+				t.Error("the copy of the truncated file is not known")
+			}
+			if gz := writeGz(t, dir, "app.log.2.gz", gzipped([]byte(lines(0, 1)+lines(50, 70)))); fl.known(gz) {
+				t.Error("a file with the same first line and other bytes after it is taken for its copy")
+			}
+		})
+	}
+}
+
 // resumed is a new follower of log resumed from every saved position, as
 // the agent starts again.
 func resumed(t *testing.T, log string, saved ...Position) *follower {
