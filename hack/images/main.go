@@ -46,17 +46,18 @@ func main() {
 // buildRoots builds the Debian roots of the examples slice's images and of
 // e2e's uWSGI image into the cache.
 func buildRoots() error {
-	root, err := os.Getwd()
+	cache := filepath.Join(testenv.CacheDir(), "images")
+	start := time.Now()
+	roots, err := slice.Roots(cache)
 	if err != nil {
 		return err
 	}
-	cache := filepath.Join(testenv.CacheDir(), "images")
-	start := time.Now()
-	if _, err := slice.Images(root, cache); err != nil {
+	uwsgi, err := image.DebianRoot(cache, "bookworm", image.UWSGIPackages())
+	if err != nil {
 		return err
 	}
-	if _, err := image.DebianRoot(cache, "bookworm", image.UWSGIPackages()); err != nil {
-		return err
+	for _, p := range append(roots, uwsgi) {
+		fmt.Println(filepath.Base(p))
 	}
 	fmt.Printf("the tests' Debian roots, cached in %s: %.0fs\n", cache, time.Since(start).Seconds())
 	return nil

@@ -38,6 +38,27 @@ func Images(repo, cacheDir string) ([]image.Image, error) {
 	return append(out, r), nil
 }
 
+// Roots builds (or finds cached in cacheDir) the Debian roots of Images,
+// and returns their paths: what is slow to build, without the agent's
+// binaries the images need.
+func Roots(cacheDir string) ([]string, error) {
+	var paths []string
+	for _, s := range image.Services() {
+		p, err := image.ServiceRoot(cacheDir, s)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, p)
+	}
+	p, err := receiverRoot(cacheDir)
+	return append(paths, p), err
+}
+
+// receiverRoot is the receiver's Debian root: Node.js.
+func receiverRoot(cacheDir string) (string, error) {
+	return image.DebianRoot(cacheDir, "bookworm", []string{"nodejs"})
+}
+
 // receiverImage is a Fluent forward receiver: the npm package
 // @fluent-org/logger's FluentServer run by Debian's Node.js
 // (internal/forwardserver's server.js), writing every entry it acks to a
@@ -47,7 +68,7 @@ func receiverImage(cacheDir string) (image.Image, error) {
 	if err := forwardserver.CheckInstalled(); err != nil {
 		return image.Image{}, err
 	}
-	rootfs, err := image.DebianRoot(cacheDir, "bookworm", []string{"nodejs"})
+	rootfs, err := receiverRoot(cacheDir)
 	if err != nil {
 		return image.Image{}, err
 	}
