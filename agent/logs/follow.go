@@ -704,6 +704,7 @@ func (fl *follower) finish(s *source) {
 	if g, ok := s.f.(*gzFile); ok && g.err != nil {
 		fl.log("compressed log file ends early; shipped what it holds", "path", fl.path, "file", g.Name(), "bytes", g.size, "error", g.err)
 	}
+	fl.remember(s.id, s.f) // while open: its head is read
 	if s.written {
 		s.closeAt = time.Now().Add(writerGrace)
 		fl.closing = append(fl.closing, s)
@@ -711,7 +712,6 @@ func (fl *follower) finish(s *source) {
 		s.f.Close()
 	}
 	fl.passed(s)
-	fl.remember(s.id, s.f)
 }
 
 // passed makes s the scan's reference if it came to the path after the
@@ -912,13 +912,16 @@ func (fl *follower) before(r, ref rotatedFile) bool {
 // lines). Files that all begin with one header line differ after it, and
 // one longer than a file that holds the header alone is not its copy. A
 // file truncated since it was identified (copytruncate) holds its copies'
-// bytes no more: a copy then begins with the bytes it was identified by.
+// bytes no more: a copy then begins with the headLen bytes it was
+// identified by (not fewer: no more than a header, maybe).
 func (fl *follower) known(f logFile) bool {
 	_, gz := f.(*gzFile)
 	var first string
 	var head []byte
 	if gz {
-		first, head = firstLine(f), headOf(f)
+		if first, head = firstLine(f), headOf(f); len(head) == 0 {
+			return false // nothing to read twice
+		}
 	}
 	// copyOf: f is a copy of the file p identifies, which holds (or held
 	// when last seen) held, nil when no longer what p was identified by.
@@ -927,8 +930,10 @@ func (fl *follower) known(f logFile) bool {
 			return false
 		}
 		if held == nil {
+			// A short head (the header line alone) would match a file
+			// that only begins as this one did.
 			same, _ := headMatches(f, p)
-			return same
+			return p.HeadLen == headLen && same
 		}
 		return len(head) <= len(held) && bytes.Equal(head, held[:len(head)])
 	}
@@ -936,7 +941,7 @@ func (fl *follower) known(f logFile) bool {
 		if s == nil {
 			continue
 		}
-		if same, _ := sameFile(f, s.id); same || copyOf(s.id, heldHead(s.f, s.id)) {
+		if same, _ := sameFile(f, s.id); same || gz && copyOf(s.id, heldHead(s.f, s.id)) {
 			return true
 		}
 	}
@@ -956,14 +961,11 @@ func heldHead(f io.ReaderAt, p Position) []byte {
 	return headOf(f)
 }
 
-// headOf is f's head: its first headLen bytes, or all it holds when fewer
-// (none when it cannot be read).
+// headOf is f's head: its first headLen bytes, or as many as it holds, or
+// as can be read (a compressed file still being written ends early).
 func headOf(f io.ReaderAt) []byte {
 	b := make([]byte, headLen)
-	n, err := f.ReadAt(b, 0)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil
-	}
+	n, _ := f.ReadAt(b, 0)
 	return b[:n]
 }
 

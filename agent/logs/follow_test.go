@@ -1194,13 +1194,14 @@ func TestFollowLateLineCopyKnownAfterClose(t *testing.T) {
 
 // A file truncated since its lines were read (copytruncate, and written
 // again) no longer holds what its copies hold: a compressed copy is known
-// by the bytes the file was identified by, open or finished.
+// by the 1,024 bytes the file was identified by, the live file not yet
+// seen truncated, or a file finished after its truncation.
 func TestFollowTruncatedFileCopyKnown(t *testing.T) {
 	for _, finished := range []bool{false, true} {
 		t.Run(fmt.Sprintf("finished %v", finished), func(t *testing.T) {
 			dir := t.TempDir()
 			log := filepath.Join(dir, "app.log")
-			os.WriteFile(log, []byte(lines(0, 20)), 0o644)
+			os.WriteFile(log, []byte(lines(0, 20)), 0o644) // over 1,024 bytes
 			f, err := openLog(log)
 			if err != nil {
 				t.Fatal(err)
@@ -1211,19 +1212,61 @@ func TestFollowTruncatedFileCopyKnown(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.id.First, s.id.Offset = firstLine(f), s.size    // read to its end
+			fl.live = s
+			want(t, readAll(t, fl), 0, 20)
 			os.WriteFile(log, []byte(lines(100, 105)), 0o644) // truncated, written again
 			if finished {
-				fl.remember(s.id, s.f)
-				s.f.Close()
-			} else {
-				fl.left = append(fl.left, s)
+				fl.live = nil
+				fl.finish(s)
 			}
 			if gz := writeGz(t, dir, "app.log.1.gz", gzipped([]byte(lines(0, 20)))); !fl.known(gz) {
 				t.Error("the copy of the truncated file is not known")
 			}
 			if gz := writeGz(t, dir, "app.log.2.gz", gzipped([]byte(lines(0, 1)+lines(50, 70)))); fl.known(gz) {
 				t.Error("a file with the same first line and other bytes after it is taken for its copy")
+			}
+		})
+	}
+}
+
+// A finished file is remembered with its head read before it is closed:
+// a copy of it still being compressed (ending early, and short) is known,
+// and a file longer than a finished one that held a header line alone is
+// not its copy.
+func TestFollowFinishedFileKnownByHead(t *testing.T) {
+	const header = "# keystone access log v1\n"
+	for _, tc := range []struct {
+		name, done, copy string
+		partial, known   bool
+	}{
+		{"a copy being compressed", lines(0, 8), lines(0, 4), true, true},
+		{"a file after the header alone", header, header + lines(10, 20), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			log := filepath.Join(dir, "app.log")
+			os.WriteFile(log+".1", []byte(tc.done), 0o644)
+			f, err := openLog(log + ".1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fl := newFollower(log, 1024, nil)
+			defer fl.Close()
+			s, err := fl.open(f, 0, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fl.buf = make([]byte, readChunk)
+			if _, _, err := fl.drain(s, 1<<20, func(Line) bool { return true }); err != nil {
+				t.Fatal(err)
+			}
+			fl.finish(s)
+			z := gzipped([]byte(tc.copy))
+			if tc.partial {
+				z = z[:len(z)-8] // flushed, no trailer yet
+			}
+			if gz := writeGz(t, dir, "app.log.2.gz", z); fl.known(gz) != tc.known {
+				t.Errorf("known = %v, want %v", !tc.known, tc.known)
 			}
 		})
 	}

@@ -54,7 +54,7 @@ func startedAt(pid int) (time.Time, bool) {
 	for line := range strings.Lines(string(b)) {
 		if v, found := strings.CutPrefix(line, "btime "); found {
 			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return time.Unix(boot, 0).Add(time.Duration(n) * time.Second / 100), err == nil
+			return time.Unix(boot, 0).Add(time.Duration(n) * (time.Second / 100)), err == nil
 		}
 	}
 	return time.Time{}, false
