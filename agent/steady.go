@@ -208,9 +208,41 @@ func checksDuty(h *serviceHandle, health *probes.Health) *duty {
 		if !h.started(ctx) && ctx.Err() != nil {
 			return nil
 		}
+		var wg sync.WaitGroup
+		if h.svc == nil && h.pids != nil { // sidecar: another container's process
+			t := time.NewTicker(processLook)
+			defer t.Stop()
+			wg.Go(func() { watchProcess(ctx, h.pids, t.C, health.Restarted) })
+		}
 		health.Run(ctx)
+		wg.Wait()
 		return nil
 	}}
+}
+
+// processLook is how often the sidecar looks whether the service's
+// process changed: a look at a live process is a few reads of its /proc
+// entries.
+const processLook = 200 * time.Millisecond
+
+// watchProcess calls changed, at each tick until ctx ends, when the
+// process pids found at the tick before is gone or another: its container
+// restarted, and what the checks judged was the old process (a change
+// from none to one is the start it waited for).
+func watchProcess(ctx context.Context, pids probes.PIDSource, tick <-chan time.Time, changed func()) {
+	last := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+		pid := pids.PID()
+		if last != 0 && pid != last {
+			changed()
+		}
+		last = pid
+	}
 }
 
 // newHealth builds the service's checks (probes.checks), with one

@@ -576,19 +576,25 @@ func TestExamplesNovaSlice(t *testing.T) {
 		t.Errorf("update-ca-certificates did not put the CA in the container's bundle")
 	}
 
-	// The service killed in its container: the sidecar follows the new one.
-	// The pod can be Ready again before the new process runs (kolla_start
-	// still at its sudo steps): startup stays passed and the checks'
-	// results are the old process's until their next look. So the wait is
-	// for the new process as well.
+	// The service killed in its container: the sidecar follows the new one,
+	// and the pod is not Ready again before the new process runs (the
+	// sidecar starts startup and its checks over when the process goes:
+	// without it, the old process's last pass made the pod Ready while
+	// kolla_start was still at its sudo steps).
 	signalAll(t, procs, syscall.SIGKILL)
+	readyWithout := false
 	waitPod(t, ns, p.Name, "nova-conductor restarted by the kubelet, running again, the pod Ready again", 5*time.Minute, func(p *corev1.Pod) bool {
 		restarted := false
 		for _, cs := range p.Status.ContainerStatuses {
 			restarted = restarted || (cs.Name == "nova-conductor" && cs.RestartCount >= 1 && cs.State.Running != nil)
 		}
-		return restarted && podReady(p) && len(processesNamed(*p, "nova-conductor")) > 0
+		running := len(processesNamed(*p, "nova-conductor")) > 0
+		readyWithout = readyWithout || restarted && podReady(p) && !running
+		return restarted && podReady(p) && running
 	})
+	if readyWithout {
+		t.Error("the pod was Ready again with no nova-conductor process running")
+	}
 	p2, err := env.Client().CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -86,10 +86,13 @@ type Health struct {
 	byName  map[string]*checkState
 	metrics *metrics
 
-	start    atomic.Pointer[time.Time] // Run's start: set by Run, read by the handlers
-	started  atomic.Bool               // startup has passed (latched)
-	draining atomic.Bool               // the drain file exists
-	beat     atomic.Int64              // unix nanos of the agent loop's last tick
+	start   atomic.Pointer[time.Time] // Run's start: set by Run, read by the handlers
+	started atomic.Bool               // startup has passed (latched)
+	// gen counts the service's processes (Restarted): a look begun at an
+	// older one is not recorded.
+	gen      atomic.Int64
+	draining atomic.Bool  // the drain file exists
+	beat     atomic.Int64 // unix nanos of the agent loop's last tick
 
 	mu    sync.Mutex
 	gates map[string]string // readiness gates: name -> reason
@@ -336,3 +339,26 @@ func (h *Health) Verify(ctx context.Context, since time.Time) error {
 
 // Started reports whether startup has passed.
 func (h *Health) Started() bool { return h.started.Load() }
+
+// Restarted is told that the service's process went or was replaced by
+// another (sidecar mode: its container restarted): every result so far
+// was the old process's. Startup is to pass again, every check is pending
+// (readiness fails, liveness passes) and looks now, and a look of the old
+// process that returns later is not recorded. Without it the new
+// container's startup probe passed at once and its readiness on the old
+// process's last pass, while kolla_start was still at its sudo steps.
+func (h *Health) Restarted() {
+	h.gen.Add(1)
+	h.started.Store(!h.hasProbe(Startup))
+	now := h.clock.Now() // staleness counts from the change
+	for _, c := range h.checks {
+		c.mu.Lock()
+		c.cur.Store(&result{state: pending, reason: "the service's process changed: no look at the new one yet", answered: now})
+		c.mu.Unlock()
+		select {
+		case c.kick <- struct{}{}:
+		default:
+		}
+	}
+	h.log.Info("the service's process changed: startup and the checks start over")
+}

@@ -392,6 +392,63 @@ func TestHealthStartup(t *testing.T) {
 	expect("all passing", true, true, "")
 }
 
+// The service's process replaced (Restarted): startup and readiness fail
+// at once, liveness passes, a look of the old process that passes after
+// the change is not recorded (the next look, of the new one, is), and both
+// pass again once the check passes on the new process.
+func TestHealthRestarted(t *testing.T) {
+	const period = 10 * time.Second
+	svc := newCoreCheck(corePass("up"))
+	e := coreNew(t, Config{Checks: []Spec{{Name: "svc", Probes: []Probe{Startup, Readiness}, Period: period, Timeout: time.Second, FailureThreshold: 3, SuccessThreshold: 1, Checker: svc}}})
+	prev := e.cur("svc")
+	e.run()
+	e.next("svc", prev)
+	corePoll(t, "the startup latch", e.h.Started)
+	if !e.eval(Readiness).Pass {
+		t.Fatal("readiness fails before the restart")
+	}
+
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	svc.set(func(context.Context) (string, error) { // the old process answers late
+		entered <- struct{}{}
+		<-release
+		return "the old process", nil
+	})
+	e.fc.Step(period)
+	<-entered
+	e.h.Restarted()
+	reset := e.cur("svc")
+	if e.h.Started() || e.eval(Startup).Pass {
+		t.Error("startup passes after the process changed")
+	}
+	if e.eval(Readiness).Pass {
+		t.Error("readiness passes after the process changed")
+	}
+	if l := e.line(Readiness, "svc"); l.State != "pending" || !strings.Contains(l.Reason, "process changed") {
+		t.Errorf("the check after the process changed: %s %q, want pending, saying why", l.State, l.Reason)
+	}
+	if !e.eval(Liveness).Pass {
+		t.Error("liveness fails after the process changed")
+	}
+
+	svc.set(coreFail("the new process is not up"))
+	close(release)
+	r := e.next("svc", reset)
+	if r.ok || r.reason != "the new process is not up" {
+		t.Errorf("after the old look returned: ok %v %q, want the new process's look", r.ok, r.reason)
+	}
+	if e.eval(Readiness).Pass || e.h.Started() {
+		t.Error("the old process's late pass made the check pass")
+	}
+
+	svc.set(corePass("the new process"))
+	e.step("svc", period)
+	corePoll(t, "the startup latch again", e.h.Started)
+	if !e.eval(Readiness).Pass {
+		t.Error("readiness fails once the new process passes")
+	}
+}
+
 func TestHealthStartupWithoutStartupChecks(t *testing.T) {
 	e := coreNew(t, Config{})
 	if !e.h.Started() || !e.eval(Startup).Pass || !e.eval(Readiness).Pass || !e.eval(Liveness).Pass {

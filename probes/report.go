@@ -188,7 +188,7 @@ func (c *checkState) report(now, start time.Time) CheckReport {
 	}
 	switch {
 	case r.state == pending && r.at.IsZero():
-		cr.Reason = "no result yet"
+		// No look yet: the reason set without one ("no result yet").
 	case r.state == pending && !r.ok:
 		cr.Reason = fmt.Sprintf("%d of %d failures: %s", r.streak, c.spec.FailureThreshold, r.reason)
 	case r.state == failing && r.ok:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,7 +54,10 @@ type checkState struct {
 	spec   Spec
 	probes [3]bool
 	cur    atomic.Pointer[result]
-	kick   chan struct{} // a look now, not at the next period (Verify)
+	kick   chan struct{} // a look now, not at the next period (Verify, Restarted)
+	// mu orders a look's record with Restarted's reset: a look of the old
+	// process is recorded before the reset or not at all.
+	mu sync.Mutex
 }
 
 // hangGrace is how long past its timeout a check may take to return after
@@ -68,6 +72,7 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 		detail string
 		err    error
 		took   time.Duration
+		gen    int64 // the service's process the look began at
 	}
 	var inflight chan done
 	var started time.Time
@@ -78,7 +83,7 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 		// The timer exists before the look does (a fake clock's step
 		// right after the look began must reach it).
 		hungC = h.clock.NewTimer(c.spec.Timeout + hangGrace).C()
-		ch := inflight
+		ch, gen := inflight, h.gen.Load()
 		go func() {
 			cctx, cancel := context.WithTimeout(ctx, c.spec.Timeout)
 			defer cancel()
@@ -90,7 +95,7 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 			if err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 				err = fmt.Errorf("timed out after %v: %w", c.spec.Timeout, err)
 			}
-			ch <- done{detail, err, h.clock.Since(t0)}
+			ch <- done{detail, err, h.clock.Since(t0), gen}
 		}()
 	}
 	t := h.clock.NewTicker(c.spec.Period)
@@ -110,7 +115,9 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 			return
 		case d := <-inflight:
 			inflight, hungC = nil, nil
-			h.record(c, d.err == nil, d.detail, d.err, d.took, true)
+			if !h.recordAt(d.gen, c, d.err == nil, d.detail, d.err, d.took, true) {
+				start() // the process changed during the look: the new one's, now
+			}
 		case <-hungC:
 			hungC = nil
 			h.record(c, false, "", fmt.Errorf("did not return %v after its timeout of %v", hangGrace, c.spec.Timeout), h.clock.Since(started), false)
@@ -128,10 +135,30 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 	}
 }
 
-// record judges one look with the check's thresholds and publishes it;
-// answered is false for a failure the runner records for a look that has
-// not returned.
+// recordAt records a look begun at the service's process gen, and reports
+// whether it did: not when the process changed since.
+func (h *Health) recordAt(gen int64, c *checkState, ok bool, detail string, err error, took time.Duration, answered bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != h.gen.Load() {
+		return false
+	}
+	h.judge(c, ok, detail, err, took, answered)
+	return true
+}
+
+// record judges the runner's own failure of a look (still running, or
+// hung) with the check's thresholds and publishes it.
 func (h *Health) record(c *checkState, ok bool, detail string, err error, took time.Duration, answered bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h.judge(c, ok, detail, err, took, answered)
+}
+
+// judge judges one look with the check's thresholds and publishes it;
+// answered is false for a failure the runner records for a look that has
+// not returned. c.mu is held.
+func (h *Health) judge(c *checkState, ok bool, detail string, err error, took time.Duration, answered bool) {
 	prev := c.cur.Load()
 	r := &result{state: prev.state, ok: ok, at: h.clock.Now(), took: took, passedOnce: prev.passedOnce, answered: prev.answered}
 	if answered {

@@ -277,7 +277,8 @@ probes:
 
 // Sidecar mode: the service runs in another "container" (a process the test
 // starts, in the same PID namespace); the agent finds it by name, follows it
-// across a restart, and its liveness follows the process.
+// across a restart, its liveness follows the process, and startup starts
+// over with the new one.
 func TestSidecarFindsServiceAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	// A service with a name of its own: a copy of sleep.
@@ -330,7 +331,14 @@ probes:
 	if !strings.Contains(body, "svc") {
 		t.Errorf("liveness reason: %q", body)
 	}
+	// Its container restarts: startup is the new process's to pass (the
+	// kubelet's startup probe of the new container must not pass on the
+	// old process's record), and readiness with it.
+	waitStatus(t, base+"/startupz", 503, 5*time.Second)
+	waitStatus(t, base+"/readyz", 503, 5*time.Second)
 	startSvc()
+	waitStatus(t, base+"/startupz", 200, 10*time.Second)
+	waitStatus(t, base+"/readyz", 200, 5*time.Second)
 	waitStatus(t, base+"/livez", 200, 10*time.Second)
 	_, metrics := get(base + "/metrics")
 	if !strings.Contains(metrics, "kolla_agent_service_restarts_total 1") {
