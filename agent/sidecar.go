@@ -35,7 +35,7 @@ func (s *session) runSidecar(ctx context.Context) error {
 		// The reload: the config another container's service reads (a
 		// shared volume), signalled or restarted through its found process.
 		fs := foundService{pids: f, log: s.log}
-		h.pids, h.signal, h.restart = f, fs, fs.Restart
+		h.pids, h.found, h.signal, h.restart = f, f, fs, fs.Restart
 	} else if cfg.Reload != nil {
 		return configErr("%s: reload in sidecar mode needs sidecar.process, to find the service to signal", s.Source)
 	}
@@ -51,11 +51,16 @@ func (s *session) runSidecar(ctx context.Context) error {
 // PID namespace: signalled directly; restarted by SIGTERM, after which the
 // kubelet starts its container again (a container restart).
 type foundService struct {
-	pids interface {
-		probes.PIDSource
-		Restarts() int
-	}
-	log *slog.Logger
+	pids foundProcess
+	log  *slog.Logger
+}
+
+// foundProcess is the service's process of another container (a Finder):
+// Restarts counts the processes found in its place after the first, told
+// apart by pid and start time.
+type foundProcess interface {
+	probes.PIDSource
+	Restarts() int
 }
 
 func (f foundService) PID() int { return f.pids.PID() }

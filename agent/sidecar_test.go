@@ -6,47 +6,79 @@ import (
 	"time"
 )
 
-// pidSeq answers PID with the next of its pids, one per call.
-type pidSeq struct{ pids []int }
+// proc is a process as a Finder tells it apart: pid and start time.
+type proc struct{ pid, start int }
 
-func (p *pidSeq) PID() int {
-	pid := p.pids[0]
-	if len(p.pids) > 1 {
-		p.pids = p.pids[1:]
-	}
-	return pid
+// procSeq answers PID with the next of its processes, one per call, and
+// counts restarts as a Finder does: a process found that is not the one
+// found before.
+type procSeq struct {
+	procs    []proc
+	last     proc
+	restarts int
 }
 
-// watchProcess reports a change when the process found at the tick before
-// is gone or another, not when one is found where there was none.
+func (p *procSeq) PID() int {
+	cur := p.procs[0]
+	if len(p.procs) > 1 {
+		p.procs = p.procs[1:]
+	}
+	if cur.pid != 0 {
+		if p.last.pid != 0 && p.last != cur {
+			p.restarts++
+		}
+		p.last = cur
+	}
+	return cur.pid
+}
+
+func (p *procSeq) Restarts() int { return p.restarts }
+
+// watchProcess reports a change when the process found is gone (two ticks
+// in a row), another, or found again after it went; not when one is found
+// where there was none, nor for one tick without it (a pid file being
+// rewritten).
 func TestWatchProcess(t *testing.T) {
+	p := func(pids ...int) []proc {
+		var ps []proc
+		for _, pid := range pids {
+			ps = append(ps, proc{pid, 1})
+		}
+		return ps
+	}
 	for _, tc := range []struct {
-		name string
-		pids []int
-		want int
+		name  string
+		procs []proc
+		want  int
 	}{
-		{"found late, kept", []int{0, 0, 5, 5, 5}, 0},
-		{"gone, then another", []int{5, 5, 0, 0, 7, 7}, 1},
-		{"replaced between ticks", []int{5, 7, 7}, 1},
-		{"replaced twice", []int{5, 0, 7, 9}, 2},
+		{"never found", p(0, 0, 0), 0},
+		{"found late, kept", p(0, 0, 5, 5, 5), 0},
+		{"none for one tick (a pid file rewritten)", p(5, 0, 5, 5), 0},
+		{"gone for good", p(5, 0, 0, 0, 0), 1},
+		{"gone, then another", p(5, 5, 0, 0, 7, 7), 2},
+		{"gone, then the same pid again", p(5, 0, 0, 5), 2},
+		{"none for one tick, then another", p(5, 0, 7, 7), 1},
+		{"replaced between ticks", p(5, 7, 7), 1},
+		{"replaced twice", p(5, 0, 7, 9), 2},
+		{"its pid reused by another", []proc{{5, 1}, {5, 2}, {5, 2}}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			tick := make(chan time.Time)
-			changes := make(chan struct{}, len(tc.pids))
+			changes := make(chan struct{}, len(tc.procs))
 			done := make(chan struct{})
 			go func() {
-				watchProcess(ctx, &pidSeq{pids: tc.pids}, tick, func() { changes <- struct{}{} })
+				watchProcess(ctx, &procSeq{procs: tc.procs}, tick, func() { changes <- struct{}{} })
 				close(done)
 			}()
-			for range tc.pids {
+			for range tc.procs {
 				tick <- time.Time{}
 			}
 			cancel()
 			<-done
 			if got := len(changes); got != tc.want {
-				t.Errorf("%d changes for pids %v, want %d", got, tc.pids, tc.want)
+				t.Errorf("%d changes for %v, want %d", got, tc.procs, tc.want)
 			}
 		})
 	}

@@ -34,6 +34,7 @@ type service interface {
 type serviceHandle struct {
 	svc     service          // the supervised service; nil in sidecar mode
 	pids    probes.PIDSource // its main process; nil when there is none
+	found   foundProcess     // pids in sidecar mode (another container's); nil otherwise
 	spawner probes.Spawner   // starts exec checks and validators
 	env     []string         // their environment
 	argv    []string         // its command line; nil in sidecar mode
@@ -209,10 +210,10 @@ func checksDuty(h *serviceHandle, health *probes.Health) *duty {
 			return nil
 		}
 		var wg sync.WaitGroup
-		if h.svc == nil && h.pids != nil { // sidecar: another container's process
+		if h.found != nil { // sidecar: another container's process
 			t := time.NewTicker(processLook)
 			defer t.Stop()
-			wg.Go(func() { watchProcess(ctx, h.pids, t.C, health.Restarted) })
+			wg.Go(func() { watchProcess(ctx, h.found, t.C, health.Restarted) })
 		}
 		health.Run(ctx)
 		wg.Wait()
@@ -226,22 +227,36 @@ func checksDuty(h *serviceHandle, health *probes.Health) *duty {
 const processLook = 200 * time.Millisecond
 
 // watchProcess calls changed, at each tick until ctx ends, when the
-// process pids found at the tick before is gone or another: its container
-// restarted, and what the checks judged was the old process (a change
-// from none to one is the start it waited for).
-func watchProcess(ctx context.Context, pids probes.PIDSource, tick <-chan time.Time, changed func()) {
-	last := 0
+// service's process went (none found at two ticks in a row: a pid file
+// read while its daemon rewrites it is none once), when another took its
+// place (a restart counted by pids: a reused pid is another), and when one
+// is found after it went: what the checks judged meanwhile was no
+// process's, and a failure then must not count against the new one. The
+// first process found is the start the checks waited for, no change.
+func watchProcess(ctx context.Context, pids foundProcess, tick <-chan time.Time, changed func()) {
+	had, gone, missing := false, false, 0
+	restarts := pids.Restarts()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick:
 		}
-		pid := pids.PID()
-		if last != 0 && pid != last {
+		pid, n := pids.PID(), pids.Restarts()
+		switch {
+		case pid == 0:
+			if missing++; had && !gone && missing == 2 {
+				gone = true
+				changed()
+			}
+		case gone || n != restarts:
+			gone = false
 			changed()
 		}
-		last = pid
+		if pid != 0 {
+			had, missing = true, 0
+		}
+		restarts = n
 	}
 }
 

@@ -90,9 +90,13 @@ type Health struct {
 	started atomic.Bool               // startup has passed (latched)
 	// gen counts the service's processes (Restarted): a look begun at an
 	// older one is not recorded.
-	gen      atomic.Int64
-	draining atomic.Bool  // the drain file exists
-	beat     atomic.Int64 // unix nanos of the agent loop's last tick
+	gen atomic.Int64
+	// testRecording, when set, is called by recordAt between the
+	// generation test and the record of a look that passed (ok) or not
+	// (tests: a restart in that window).
+	testRecording func(ok bool)
+	draining      atomic.Bool  // the drain file exists
+	beat          atomic.Int64 // unix nanos of the agent loop's last tick
 
 	mu    sync.Mutex
 	gates map[string]string // readiness gates: name -> reason
@@ -348,12 +352,21 @@ func (h *Health) Started() bool { return h.started.Load() }
 // container's startup probe passed at once and its readiness on the old
 // process's last pass, while kolla_start was still at its sudo steps.
 func (h *Health) Restarted() {
+	// Every check's lock is held across the change: a look that passed the
+	// generation test just before it would otherwise record, and latch
+	// startup again on the old results, after the latch was cleared.
+	for _, c := range h.checks {
+		c.mu.Lock()
+	}
 	h.gen.Add(1)
 	h.started.Store(!h.hasProbe(Startup))
 	now := h.clock.Now() // staleness counts from the change
 	for _, c := range h.checks {
-		c.mu.Lock()
-		c.cur.Store(&result{state: pending, reason: "the service's process changed: no look at the new one yet", answered: now})
+		r := &result{state: pending, reason: "the service's process changed: no look at the new one yet", answered: now}
+		c.cur.Store(r)
+		h.metrics.reset(c.spec.Name)
+	}
+	for _, c := range h.checks {
 		c.mu.Unlock()
 		select {
 		case c.kick <- struct{}{}:

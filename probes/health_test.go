@@ -430,6 +430,8 @@ func TestHealthRestarted(t *testing.T) {
 	if !e.eval(Liveness).Pass {
 		t.Error("liveness fails after the process changed")
 	}
+	coreMetric(t, "kolla_agent_check_passing after the process changed", e.h.metrics.passing.WithLabelValues("svc"), 0)
+	coreMetric(t, "kolla_agent_check_failures_total after the process changed (a reset is no failure)", e.h.metrics.failures.WithLabelValues("svc"), 0)
 
 	svc.set(coreFail("the new process is not up"))
 	close(release)
@@ -446,6 +448,47 @@ func TestHealthRestarted(t *testing.T) {
 	corePoll(t, "the startup latch again", e.h.Started)
 	if !e.eval(Readiness).Pass {
 		t.Error("readiness fails once the new process passes")
+	}
+}
+
+// A restart while a look of the old process is being recorded (past the
+// generation test) waits for that record, and then starts over: the old
+// pass must not latch startup again after the latch was cleared.
+func TestHealthRestartedWhileRecording(t *testing.T) {
+	const period = 10 * time.Second
+	svc := newCoreCheck(coreFail("not up yet"))
+	e := coreNew(t, Config{Checks: []Spec{{Name: "svc", Probes: []Probe{Startup, Readiness}, Period: period, Timeout: time.Second, FailureThreshold: 3, SuccessThreshold: 1, Checker: svc}}})
+	in, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.h.testRecording = func(ok bool) {
+		if ok {
+			once.Do(func() { close(in); <-release })
+		}
+	}
+	prev := e.cur("svc")
+	e.run()
+	e.next("svc", prev)
+	svc.set(corePass("the old process"))
+	e.fc.Step(period)
+	<-in // its pass is past the generation test, not yet recorded
+
+	restarted := make(chan struct{})
+	go func() { e.h.Restarted(); close(restarted) }()
+	select { // a restart that does not wait shows here; one that waits cannot be told from a slow one
+	case <-restarted:
+	case <-time.After(50 * time.Millisecond):
+	}
+	svc.set(coreFail("the new process is not up"))
+	close(release)
+	<-restarted
+	if l := e.line(Readiness, "svc"); l.State != "pending" {
+		t.Errorf("the check after the restart: %s %q, want pending", l.State, l.Reason)
+	}
+	// Restarted asked for a look now (no clock step); once it is in, the
+	// old pass has been recorded too, before the restart or after it.
+	corePoll(t, "the new process's look", func() bool { r := e.cur("svc"); return !r.at.IsZero() && !r.ok })
+	if e.h.Started() {
+		t.Error("startup latched on the old process's pass, after the restart")
 	}
 }
 

@@ -68,6 +68,9 @@ func (m *metrics) observe(name string, r *result) {
 	}
 }
 
+// reset shows a check back to pending (not a failed look).
+func (m *metrics) reset(name string) { m.passing.WithLabelValues(name).Set(0) }
+
 func b2f(b bool) float64 {
 	if b {
 		return 1

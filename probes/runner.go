@@ -143,6 +143,9 @@ func (h *Health) recordAt(gen int64, c *checkState, ok bool, detail string, err 
 	if gen != h.gen.Load() {
 		return false
 	}
+	if h.testRecording != nil {
+		h.testRecording(ok)
+	}
 	h.judge(c, ok, detail, err, took, answered)
 	return true
 }
