@@ -48,19 +48,18 @@ func oneWatchAtATime(t *testing.T, metMeanwhile bool) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no WATCH")
 	}
-	eventually(t, "the other lookup's LIST", func() bool { return strings.HasPrefix(ls[second].requests(), "LIST") })
-	// Time for a WATCH that took no turn to show; with the turn it never does.
-	time.Sleep(100 * time.Millisecond)
-	if got := ls[second].requests(); strings.Contains(got, "WATCH") {
-		t.Fatalf("%s watches while %s does: %s", second, first, got)
-	}
 	// Waiting for the turn, it is told so (the wait's "waiting for the
-	// turn" state); the holder, which took the turn at once, is not.
+	// turn" state); the holder, which took the turn at once, is not. A
+	// lookup that watched without the turn would not park; its WATCH
+	// would also break the exact request sequences checked below.
 	eventually(t, second+" parked", func() bool {
 		ls[second].mu.Lock()
 		defer ls[second].mu.Unlock()
 		return ls[second].parks > 0
 	})
+	if got := ls[second].requests(); strings.Contains(got, "WATCH") {
+		t.Fatalf("%s watches while %s does: %s", second, first, got)
+	}
 	ls[first].mu.Lock()
 	if ls[first].parks != 0 {
 		t.Errorf("%s parked %d times while holding the turn", first, ls[first].parks)
@@ -227,12 +226,16 @@ func TestJobsWaitForTheOthersToArrive(t *testing.T) {
 			jobs := newSliceLister(serviceSlice("job", "5", false))
 			go func() {
 				lw := newListWatch(jobs, selector{label: serviceNameLabel + "=job"}, func(string, error) {})
-				lw.last = true
+				lw.last, lw.waiting = true, jobs.parked
 				watchSet(ctx, lw, turn, sleep, func(objs []any) (bool, error) { return false, nil })
 			}()
-			eventually(t, "the Jobs' LIST", func() bool { return jobs.requests() != "" })
-			// Time for a WATCH that did not wait to show; with the wait it never does.
-			time.Sleep(100 * time.Millisecond)
+			// Listed, and waiting for the other lookup's arrival: one that
+			// did not wait would take the turn at once and never park.
+			eventually(t, "the Jobs parked", func() bool {
+				jobs.mu.Lock()
+				defer jobs.mu.Unlock()
+				return jobs.parks > 0
+			})
 			if got := jobs.requests(); strings.Contains(got, "WATCH") {
 				t.Fatalf("the Jobs watch before the other lookup arrived: %s", got)
 			}

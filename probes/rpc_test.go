@@ -122,6 +122,12 @@ func check(r *RPC, timeout time.Duration) (string, error, time.Duration) {
 	return detail, err, time.Since(began)
 }
 
+// deadlineSlack is how long after its deadline a check may return: one
+// that stops at it returns at once, one that does not waits for a reply
+// that never comes. Wide, so that a loaded machine's scheduling cannot fail
+// a check that stops; not a speed figure.
+const deadlineSlack = 5 * time.Second
+
 func mustPass(t testing.TB, r *RPC, timeout time.Duration) string {
 	t.Helper()
 	detail, err, _ := check(r, timeout)
@@ -300,8 +306,8 @@ func TestRPCServerStopped(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("with the server stopped: err = %v, want %q", err, want)
 	}
-	if took > 2500*time.Millisecond {
-		t.Errorf("the check took %s, beyond its 2s timeout", took)
+	if took > 2*time.Second+deadlineSlack {
+		t.Errorf("the check took %s: it does not stop at its 2s timeout", took)
 	}
 
 	srv = rpcServer(t, b, opts)
@@ -318,8 +324,8 @@ func TestRPCServerStopped(t *testing.T) {
 	if err == nil || err.Error() != want {
 		t.Fatalf("with the server paused: err = %v, want %q", err, want)
 	}
-	if took > 2500*time.Millisecond {
-		t.Errorf("the check took %s, beyond its 2s timeout", took)
+	if took > 2*time.Second+deadlineSlack {
+		t.Errorf("the check took %s: it does not stop at its 2s timeout", took)
 	}
 	// Resumed, it answers the late call (a stale reply, discarded) and then
 	// the next one.
