@@ -169,6 +169,37 @@ func TestAPIRequestsAllMet(t *testing.T) {
 	wantOnePerCollection(t, reqs, start, colls, "list")
 }
 
+// The keystone pod's own shape (openstack-helm's: two Services and three
+// named Jobs, the Jobs the size helm-toolkit renders), restarting with all
+// of it met: 2 requests, one LIST of both Services' slices and one of the
+// namespace's Jobs as table rows, against kubernetes-entrypoint's 5 GETs
+// (docs/benchmarks.md's requests per start); on every etcd.
+func TestAPIRequestsKeystoneShape(t *testing.T) {
+	t.Logf("on %s", s.env.Etcd)
+	ns := keystoneShape(t, true)
+	for _, j := range keystoneJobs {
+		if _, err := s.env.Kubelet().CompleteJobPod(ctxT(t), ns, j); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := append([]string{"wait", "--timeout", "1m"}, keystoneArgs()...)
+	startAgent(t, agentEnv(t, ns), args...).wantExit(0) // the controllers' writes settled
+	start := time.Now()
+	startAgent(t, agentEnv(t, ns), args...).wantExit(0)
+	colls := []string{
+		slicesOf(ns, "kubernetes.io/service-name in (mariadb,memcached)"),
+		"/apis/batch/v1/namespaces/" + ns + "/jobs?&",
+	}
+	var reqs []testenv.AuditRequest
+	for deadline := time.Now().Add(10 * time.Second); len(reqs) < len(colls) && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		reqs = auditOf(t, ns, start)
+	}
+	time.Sleep(time.Second) // a late extra request counts too
+	reqs = auditOf(t, ns, start)
+	t.Logf("%d requests for %d dependencies already met", len(reqs), len(keystoneArgs()))
+	wantOnePerCollection(t, reqs, start, colls, "list")
+}
+
 // wantOnePerCollection checks that reqs are exactly one request of each verb
 // for each of the collections (a path, then its label and field selectors
 // after ? and &), and no other request.
