@@ -414,6 +414,69 @@ func TestAPIRequestsBootstrap(t *testing.T) {
 	})
 }
 
+// Bootstrap in lease mode. The replica that runs the step: its pod (the
+// version, from its images), the record (not done); then, side by side,
+// one LIST and WATCH of the record (another's success ends the wait) and
+// of the Lease, and the create that takes it; as the holder, the record
+// again (a holder before may have just recorded it), the command, the
+// BootstrapRunning Event (its pod reference: a GET of the pod), the record
+// written (a read, then the create) and the Lease released (an update).
+// One started after reads the record (and its pod, for the version) and
+// touches no Lease.
+func TestAPIRequestsBootstrapLease(t *testing.T) {
+	t.Logf("on %s", s.env.Etcd)
+	ns := namespace(t)
+	env := bootstrapEnv(t, ns, "lease")
+	// The command runs until both watches are in the audit log: a holder
+	// quicker than its WATCHes would end them unmade, a count by timing.
+	// A long Lease: no renewal while it runs.
+	gate := filepath.Join(t.TempDir(), "go")
+	command := fmt.Sprintf("sh -c 'while [ ! -e %s ]; do sleep 0.05; done'", gate)
+	cfg := agentYAML(t, fmt.Sprintf("namespace: %s\nbootstrap:\n  mode: lease\n  name: heat-bootstrap\n  command: %q\n  leaseDuration: 60s\n  timeout: 1m\n", ns, command))
+	for i := range 2 {
+		mkPod(t, ns, fmt.Sprintf("heat-api-%d", i), nil)
+	}
+	const (
+		configMaps = "/api/v1/namespaces/NS/configmaps"
+		leases     = "/apis/coordination.k8s.io/v1/namespaces/NS/leases"
+	)
+	record := configMaps + "/" + bootstrap.RecordName("heat-bootstrap")
+	since := time.Now()
+	a := startAgent(t, withEnv(env, "POD_NAME=heat-api-0"), "--config", cfg, "init")
+	watches := func() int {
+		n := 0
+		for _, r := range auditOf(t, ns, since) {
+			if r.Verb == "watch" {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(30 * time.Second); watches() < 2; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder's two watches never came:\n%s", requestLines(auditOf(t, ns, since), since))
+		}
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.wantExit(0)
+	wantRequests(t, ns, since, []string{
+		"get /api/v1/namespaces/NS/pods/heat-api-0", // the version
+		"get " + record,                             // not done
+		"list " + configMaps, "watch " + configMaps, // another's success
+		"list " + leases, "watch " + leases, "create " + leases, // taken
+		"get " + record, // as the holder
+		"get /api/v1/namespaces/NS/pods/heat-api-0", "create /api/v1/namespaces/NS/events", // BootstrapRunning
+		"get " + record, "create " + configMaps, // recorded
+		"update " + leases + "/heat-bootstrap", // released
+	})
+
+	since = time.Now()
+	startAgent(t, withEnv(env, "POD_NAME=heat-api-1"), "--config", cfg, "init").wantExit(0)
+	wantRequests(t, ns, since, []string{"get /api/v1/namespaces/NS/pods/heat-api-1", "get " + record})
+}
+
 // The bootstrap's rollout gate, the phase after it (contract) of a
 // Deployment's pod whose earlier phases (expand, migrate) are recorded.
 // Rollout complete: a GET of the record per phase, the owner found once (a
