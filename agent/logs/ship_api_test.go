@@ -32,10 +32,12 @@ type recSink struct {
 	mu          sync.Mutex
 	sends       []sendRec
 	block, fail bool
+	calls       int // Sends begun, whatever came of them
 }
 
 func (s *recSink) Send(ctx context.Context, tag string, fields map[string]string, recs []Record) error {
 	s.mu.Lock()
+	s.calls++
 	rec := sendRec{tag: tag, fields: maps.Clone(fields)}
 	for _, r := range recs {
 		r.Data = append([]byte(nil), r.Data...)
@@ -189,7 +191,11 @@ func TestShipperDrainSinkDown(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			go func() { done <- sh.Run(ctx) }()
-			time.Sleep(100 * time.Millisecond) // a Send or two before the end
+			waitFor(t, "a Send before the end", func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				return s.calls > 0
+			})
 			start := time.Now()
 			cancel()
 			select {

@@ -16,16 +16,18 @@ import (
 
 // memSink keeps what it is sent; while down it fails every Send.
 type memSink struct {
-	mu   sync.Mutex
-	down bool
-	got  []string
-	tags map[string]bool
+	mu     sync.Mutex
+	down   bool
+	failed int // Sends failed while down
+	got    []string
+	tags   map[string]bool
 }
 
 func (m *memSink) Send(_ context.Context, tag string, _ map[string]string, recs []Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down {
+		m.failed++
 		return errors.New("receiver down")
 	}
 	if m.tags == nil {
@@ -115,7 +117,11 @@ func TestShipper(t *testing.T) {
 
 	m.setDown(true)
 	w.WriteString(lines(100, 200))
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, "a Send failed while the sink was down", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.failed > 0
+	})
 	m.setDown(false)
 	waitLines(t, m, 200)
 	stop()

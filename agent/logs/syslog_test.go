@@ -108,12 +108,15 @@ func TestSyslogFormatAndFraming(t *testing.T) {
 // new connection.
 func TestSyslogReceiverClosesDuringConfirmation(t *testing.T) {
 	r := startOctetReceiver(t, 1)
-	s, _ := NewSyslog(SyslogConfig{Address: r.ln.Addr().String(), Confirm: 200 * time.Millisecond})
+	// A long window: the close ends it as soon as it comes, and a loaded
+	// machine's late close must not pass for a confirmation.
+	s, _ := NewSyslog(SyslogConfig{Address: r.ln.Addr().String(), Confirm: 30 * time.Second})
 	defer s.Close()
 	recs := []Record{{Data: []byte("one")}, {Data: []byte("two")}}
 	if err := s.Send(context.Background(), "t", nil, recs); err == nil {
 		t.Fatal("a batch the receiver did not take was confirmed")
 	}
+	s.cfg.Confirm = 20 * time.Millisecond // a receiver that stays up: confirmed once the window ends
 	r.closeAfter.Store(0)
 	if err := s.Send(context.Background(), "t", nil, recs); err != nil {
 		t.Fatal(err)

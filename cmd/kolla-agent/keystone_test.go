@@ -110,12 +110,10 @@ probes:
 	body = waitStatus(t, base+"/readyz?verbose", 503, 10*time.Second)
 	took := time.Since(stopped)
 	t.Logf("readiness failed %v after SIGSTOP (timeout %v + period %v)", took.Round(time.Millisecond), timeout, period)
-	if !strings.Contains(body, "[-]api") {
-		t.Errorf("readiness reason:\n%s", body)
-	}
-	if took > timeout+period+time.Second {
-		// A generous bound on a loaded machine; the figure is logged above.
-		t.Errorf("readiness took %v to fail, want about timeout + period = %v", took, timeout+period)
+	// Failed by the look's own timeout (the figure is logged above, not
+	// judged: a loaded machine's scheduling is not the agent's).
+	if !strings.Contains(body, "[-]api") || !strings.Contains(body, "timed out after "+timeout.String()) {
+		t.Errorf("readiness reason, want the api look timed out after %v:\n%s", timeout, body)
 	}
 	for range 5 {
 		if code, b := get(base + "/livez"); code != 200 {
