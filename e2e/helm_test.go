@@ -92,7 +92,18 @@ func TestEntrypointUnderHelmToolkitRole(t *testing.T) {
 	waitPod(t, ns, "keystone-api", "initialising", 60*time.Second, func(p *corev1.Pod) bool {
 		return len(p.Status.InitContainerStatuses) == 1 && p.Status.InitContainerStatuses[0].State.Running != nil
 	})
-	time.Sleep(3 * time.Second) // past its first LIST and the refused WATCH
+	// Past its first LIST and the refused WATCH of each, as its log says
+	// (before the database and the Job exist, or it would have nothing to
+	// warn of).
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		logs, err := c.CoreV1().Pods(ns).GetLogs("keystone-api", &corev1.PodLogOptions{Container: "init"}).Do(ctx).Raw()
+		if err == nil && refusals(logs, "endpointslices.discovery.k8s.io") > 0 && refusals(logs, "jobs.batch") > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the init container never said both watches were refused (%v):\n%s", err, logs)
+		}
+	}
 
 	// The database: made Ready by the kubelet's own probe against the agent.
 	agentConfigMap(t, ns, "probes:\n  address: \":8095\"\n  socket: \"off\"\n  checks:\n    - name: service\n      process: {}\n      probes: [readiness]\n      period: 1s\n")
@@ -124,14 +135,20 @@ func TestEntrypointUnderHelmToolkitRole(t *testing.T) {
 	}
 	// It said once, per resource, why it polls and what would fix it.
 	for _, res := range []string{"endpointslices.discovery.k8s.io", "jobs.batch"} {
-		n := 0
-		for l := range strings.SplitSeq(string(logs), "\n") {
-			if strings.Contains(l, "API watch refused") && strings.Contains(l, res) {
-				n++
-			}
-		}
-		if n != 1 {
+		if n := refusals(logs, res); n != 1 {
 			t.Errorf("init container's log has %d warnings of a refused watch of %s, want 1:\n%s", n, res, logs)
 		}
 	}
+}
+
+// refusals counts the lines of an agent's log that warn of a refused watch
+// of resource res.
+func refusals(logs []byte, res string) int {
+	n := 0
+	for l := range strings.SplitSeq(string(logs), "\n") {
+		if strings.Contains(l, "API watch refused") && strings.Contains(l, res) {
+			n++
+		}
+	}
+	return n
 }

@@ -195,7 +195,7 @@ func TestMutateOnSIGHUP(t *testing.T) {
 	// The report comes from inside reset(), before oslo.service's launcher
 	// has its SIGTERM handler back: a SIGTERM then would meet the default
 	// action. Wait until the process catches it again.
-	waitCatches(t, s.cmd.Process.Pid, syscall.SIGTERM)
+	waitCatches(t, s.cmd.Process.Pid, syscall.SIGTERM, true)
 	sent := time.Now()
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -329,7 +329,9 @@ func TestForegroundOfTerminal(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond)
+	// The first SIGHUP handled: its handler is gone (a second one while it
+	// is still there would be handled again, not kill).
+	waitCatches(t, s.cmd.Process.Pid, syscall.SIGHUP, false)
 	if s.exited() {
 		t.Fatalf("exited after the first SIGHUP: %v", s.err)
 	}
@@ -376,8 +378,8 @@ func openPTY() (ptm, pts *os.File, err error) {
 }
 
 // waitCatches waits until pid has a handler for sig (its SigCgt mask in
-// /proc/PID/status).
-func waitCatches(t *testing.T, pid int, sig syscall.Signal) {
+// /proc/PID/status), or, with catches false, until it has none.
+func waitCatches(t *testing.T, pid int, sig syscall.Signal, catches bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -391,13 +393,13 @@ func waitCatches(t *testing.T, pid int, sig syscall.Signal) {
 				if err != nil {
 					t.Fatalf("SigCgt %q: %v", v, err)
 				}
-				if mask&(1<<(uint(sig)-1)) != 0 {
+				if (mask&(1<<(uint(sig)-1)) != 0) == catches {
 					return
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pid %d has no handler for %v after 10 s", pid, sig)
+			t.Fatalf("pid %d: a handler for %v is %v, still not %v after 10 s", pid, sig, !catches, catches)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -135,9 +135,10 @@ type Server struct {
 	pidFile string
 	keyFile string
 
-	mu   sync.Mutex
-	port int
-	p    *proc.Process
+	mu      sync.Mutex
+	port    int
+	p       *proc.Process
+	clashes int // Restart's starts that found the port taken
 
 	// Messages parses Output incrementally: msgs holds the messages of its
 	// first read bytes (whole lines only).
@@ -513,6 +514,9 @@ func (s *Server) Restart(t testing.TB) {
 		if !errors.Is(err, errPortClash) || time.Now().After(deadline) {
 			t.Fatal(err)
 		}
+		s.mu.Lock()
+		s.clashes++
+		s.mu.Unlock()
 		time.Sleep(50 * time.Millisecond)
 	}
 }
