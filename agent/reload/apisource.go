@@ -75,10 +75,11 @@ type APISource struct {
 	api     ConfigMapAPI
 	log     *slog.Logger
 	vols    []*apiVolume
-	changed chan string // a copy was updated: which ConfigMap
+	changed chan struct{} // a copy was updated (which: pending)
 
 	mu      sync.Mutex
-	overlay render.Overlay // container dir -> copy, for the copies in use
+	overlay render.Overlay  // container dir -> copy, for the copies in use
+	pending map[string]bool // ConfigMaps updated since the last Updated
 }
 
 type apiVolume struct {
@@ -114,7 +115,7 @@ func NewAPISource(ctx context.Context, api ConfigMapAPI, dirs []string, host fun
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pod); err != nil {
 		return nil, err
 	}
-	s := &APISource{api: api, log: log, changed: make(chan string, 1), overlay: render.Overlay{}}
+	s := &APISource{api: api, log: log, changed: make(chan struct{}, 1), overlay: render.Overlay{}, pending: map[string]bool{}}
 	for i, d := range dirs {
 		v, err := pod.configMapAt(d)
 		if err != nil {
@@ -234,14 +235,28 @@ func (s *APISource) update(v *apiVolume, cm *unstructured.Unstructured) {
 	}
 	v.current = h
 	s.overlay[v.dir] = v.copy
+	// Every ConfigMap updated before the pass is named by it, not the
+	// first alone: one updated while another's signal waited was said as
+	// the other's change.
+	s.pending[v.configMap] = true
 	select {
-	case s.changed <- v.configMap:
+	case s.changed <- struct{}{}:
 	default:
 	}
 }
 
-// Changed names a ConfigMap whose copy was just updated.
-func (s *APISource) Changed() <-chan string { return s.changed }
+// Changed says a copy was updated: Updated names which.
+func (s *APISource) Changed() <-chan struct{} { return s.changed }
+
+// Updated returns the ConfigMaps whose copies were updated since it last
+// did, sorted.
+func (s *APISource) Updated() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := slices.Sorted(maps.Keys(s.pending))
+	clear(s.pending)
+	return names
+}
 
 // Reconcile runs before a pass the volume watcher asked for: a volume that
 // shows content the API never delivered is newer than the copy (the API

@@ -208,7 +208,7 @@ func (d *Duty) Run(ctx context.Context) error {
 	defer cancel()
 	werr := make(chan error, 1)
 	go func() { werr <- w.Run(wctx, bursts) }()
-	var fromAPI <-chan string
+	var fromAPI <-chan struct{}
 	if d.cfg.Source == "api" {
 		if d.api, err = d.newAPISource(ctx); err != nil {
 			return err
@@ -225,8 +225,15 @@ func (d *Duty) Run(ctx context.Context) error {
 			return nil
 		case err := <-werr:
 			return err
-		case cm := <-fromAPI:
-			d.pass(ctx, "ConfigMap "+cm+" changed (API)")
+		case <-fromAPI:
+			var why []string
+			for _, cm := range d.api.Updated() {
+				why = append(why, "ConfigMap "+cm+" changed (API)")
+			}
+			if len(why) == 0 {
+				continue // named by the pass before, which read them
+			}
+			d.pass(ctx, strings.Join(why, "; "))
 		case b := <-bursts:
 			if d.api != nil {
 				d.api.Reconcile()
