@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,7 +65,8 @@ reload:
   action: none
   stateDir: %s/state
 `, ns, vol, dest, vol, policy, dir))
-	a := startAgent(t, withEnv(env, "POD_NAME=glance-api-0"), "--config", cfg, "run", "--", "sleep", "300")
+	// At debug: a pass that finds nothing to do says so.
+	a := startAgent(t, withEnv(env, "POD_NAME=glance-api-0"), "--log-level", "debug", "--config", cfg, "run", "--", "sleep", "300")
 	a.waitLog("watching the ConfigMaps through the API")
 	a.waitLog("the ConfigMap is immutable")
 	live := func() string { b, _ := os.ReadFile(dest); return string(b) }
@@ -90,10 +90,11 @@ reload:
 
 	// The kubelet catches up: nothing to do.
 	n := strings.Count(a.out.String(), `msg="reload pass" outcome=applied`)
+	unchanged := strings.Count(a.out.String(), `msg="reload pass" outcome=unchanged`)
 	if err := kw.Write(vol, map[string]string{"glance-api.conf": conf("2")}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // a pass that finds nothing to do (logged at debug)
+	waitLogCount(t, a, `msg="reload pass" outcome=unchanged`, unchanged+1) // the catch-up's pass, nothing to do
 	// Data the API never gave (its updates were missed): the volume wins.
 	if err := kw.Write(vol, map[string]string{"glance-api.conf": conf("3")}); err != nil {
 		t.Fatal(err)
