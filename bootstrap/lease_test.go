@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -104,10 +105,29 @@ func TestLeaseOneHolderThenHandOverOnRelease(t *testing.T) {
 	}
 
 	first := nextHolder(t, ch, 30*time.Second)
+	// The others have seen the holder, and none acquires in the second
+	// after (a window from that event: the wait it began, not a start a
+	// loaded machine may not have reached).
+	toldOfFirst := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for id, hs := range seen {
+			if id != first.id && slices.Contains(hs, first.id) {
+				n++
+			}
+		}
+		return n == 2
+	}
+	for deadline := time.Now().Add(30 * time.Second); !toldOfFirst(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the others were never told %s holds the lease: %v", first.id, seen)
+		}
+	}
 	select {
 	case r := <-ch:
 		t.Fatalf("%s acquired too while %s holds the lease (err %v)", r.id, first.id, r.err)
-	case <-time.After(2 * time.Second): // longer than a renewal; shorter than the duration
+	case <-time.After(time.Second):
 	}
 	spec := leaseSpec(t, k, ns, "db-sync")
 	if spec.HolderIdentity != first.id || spec.LeaseDurationSeconds != 30 || spec.LeaseTransitions != 0 {
