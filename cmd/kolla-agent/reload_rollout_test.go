@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -79,11 +78,13 @@ reload:
 	if hash == "" {
 		t.Fatalf("the pod template has no config hash: %v", d.Spec.Template.Annotations)
 	}
-	eventually(t, "the new ReplicaSet", func() bool { return replicaSets() == 2 })
-	time.Sleep(2 * time.Second) // a second rollout, if any, would have begun
-	if n := replicaSets(); n != 2 {
-		t.Errorf("%d ReplicaSets after three agents saw one change, want 2 (one new)", n)
+	// Every agent's pass is over (applied): one template change in all,
+	// by the Deployment's generation (created 1, patched once 2), not by
+	// waiting for a second rollout that could come late.
+	if d.Generation != 2 {
+		t.Errorf("the Deployment's generation is %d after three agents saw one change, want 2 (one patch)", d.Generation)
 	}
+	eventually(t, "the new ReplicaSet", func() bool { return replicaSets() == 2 })
 	patched := 0
 	for _, a := range agents {
 		if !strings.Contains(a.out.String(), "sources="+hash) {
