@@ -634,7 +634,7 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 	// gate costs one LIST of the Deployment and no WATCH, then it waits
 	// for the contract Job with the others.
 	since := time.Now()
-	a3, _ := startNew(p1)
+	a3, url3 := startNew(p1)
 	a3.waitLog("waiting for job " + phaseJob("contract")[0])
 	gate := map[string]int{}
 	for _, r := range auditOf(t, ns, since) {
@@ -652,7 +652,14 @@ func TestBootstrapUpgradePhases(t *testing.T) {
 		cm, err := client().CoreV1().ConfigMaps(ns).Get(ctxT(t), bootstrap.RecordName("keystone-db-sync"), metav1.GetOptions{})
 		return err == nil && len(cm.Data) == 3
 	})
-	time.Sleep(500 * time.Millisecond) // a second contract job would show now
+	// Each agent is past the phase (done in its metrics): none can create
+	// a second contract Job after this.
+	for _, url := range []string{url1, url2, url3} {
+		eventually(t, "the contract phase done at "+url, func() bool {
+			_, m := get(url + "/metrics")
+			return strings.Contains(m, `kolla_agent_bootstrap_state{name="keystone-db-sync",phase="contract",state="done"} 1`)
+		})
+	}
 	if c := phaseJob("contract"); len(c) != 1 {
 		t.Errorf("contract jobs %v, want one", c)
 	}
