@@ -83,3 +83,43 @@ func TestWatchProcess(t *testing.T) {
 		})
 	}
 }
+
+// ticks answers PID and Restarts per tick as given: the count may move
+// between a tick's two reads (the checks share the Finder and find the
+// new process in between).
+type ticks struct{ pids, counts []int }
+
+func (k *ticks) PID() int {
+	pid := k.pids[0]
+	k.pids = k.pids[1:]
+	return pid
+}
+
+func (k *ticks) Restarts() int {
+	n := k.counts[0]
+	k.counts = k.counts[1:]
+	return n
+}
+
+// The new process counted by another's PID call at the tick without one:
+// still a change when it is found (the count was taken as the old one's).
+func TestWatchProcessCountedBetweenReads(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	k := &ticks{pids: []int{5, 0, 7, 7}, counts: []int{0, 0, 1, 1, 1}} // the first count is read before the ticks
+	tick := make(chan time.Time)
+	changes := 0
+	done := make(chan struct{})
+	go func() {
+		watchProcess(ctx, k, tick, func() { changes++ })
+		close(done)
+	}()
+	for range 4 {
+		tick <- time.Time{}
+	}
+	cancel()
+	<-done
+	if changes != 1 {
+		t.Errorf("%d changes, want 1 (the new process)", changes)
+	}
+}

@@ -253,10 +253,11 @@ func watchProcess(ctx context.Context, pids foundProcess, tick <-chan time.Time,
 			gone = false
 			changed()
 		}
+		// The count is taken only with a process found: the checks' own
+		// PID calls may count the new one between this tick's two reads.
 		if pid != 0 {
-			had, missing = true, 0
+			had, missing, restarts = true, 0, n
 		}
-		restarts = n
 	}
 }
 

@@ -964,7 +964,7 @@ func TestMetricsLint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.record(h.byName["db"], false, "", errors.New("x"), time.Millisecond, true) // every vector has a child
+	h.recordAt(h.gen.Load(), h.byName["db"], false, "", errors.New("x"), time.Millisecond, true) // every vector has a child
 	mfs, err := rec.reg.Gather()
 	if err != nil {
 		t.Fatal(err)

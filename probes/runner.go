@@ -76,14 +76,15 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 	}
 	var inflight chan done
 	var started time.Time
+	var startedGen int64 // the service's process the look in flight began at
 	var hungC <-chan time.Time
 	start := func() {
 		inflight = make(chan done, 1)
-		started = h.clock.Now()
+		started, startedGen = h.clock.Now(), h.gen.Load()
 		// The timer exists before the look does (a fake clock's step
 		// right after the look began must reach it).
 		hungC = h.clock.NewTimer(c.spec.Timeout + hangGrace).C()
-		ch, gen := inflight, h.gen.Load()
+		ch, gen := inflight, startedGen
 		go func() {
 			cctx, cancel := context.WithTimeout(ctx, c.spec.Timeout)
 			defer cancel()
@@ -120,14 +121,15 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 			}
 		case <-hungC:
 			hungC = nil
-			h.record(c, false, "", fmt.Errorf("did not return %v after its timeout of %v", hangGrace, c.spec.Timeout), h.clock.Since(started), false)
+			// A look of the old process that hangs is not the new one's failure.
+			h.recordAt(startedGen, c, false, "", fmt.Errorf("did not return %v after its timeout of %v", hangGrace, c.spec.Timeout), h.clock.Since(started), false)
 		case <-c.kick:
 			if inflight == nil {
 				start()
 			}
 		case <-t.C():
 			if inflight != nil {
-				h.record(c, false, "", fmt.Errorf("previous look still running after %v", h.clock.Since(started).Round(time.Millisecond)), h.clock.Since(started), false)
+				h.recordAt(startedGen, c, false, "", fmt.Errorf("previous look still running after %v", h.clock.Since(started).Round(time.Millisecond)), h.clock.Since(started), false)
 				continue
 			}
 			start()
@@ -135,8 +137,9 @@ func (h *Health) runCheck(ctx context.Context, c *checkState) {
 	}
 }
 
-// recordAt records a look begun at the service's process gen, and reports
-// whether it did: not when the process changed since.
+// recordAt records a look begun at the service's process gen (or the
+// runner's own failure of one: still running, hung), and reports whether
+// it did: not when the process changed since.
 func (h *Health) recordAt(gen int64, c *checkState, ok bool, detail string, err error, took time.Duration, answered bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -148,14 +151,6 @@ func (h *Health) recordAt(gen int64, c *checkState, ok bool, detail string, err 
 	}
 	h.judge(c, ok, detail, err, took, answered)
 	return true
-}
-
-// record judges the runner's own failure of a look (still running, or
-// hung) with the check's thresholds and publishes it.
-func (h *Health) record(c *checkState, ok bool, detail string, err error, took time.Duration, answered bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h.judge(c, ok, detail, err, took, answered)
 }
 
 // judge judges one look with the check's thresholds and publishes it;

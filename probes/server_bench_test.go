@@ -40,7 +40,7 @@ func benchHealth(b *testing.B, n int, fail bool, reason string) *Health {
 		if fail {
 			err = errors.New(reason)
 		}
-		h.record(h.byName[s.Name], !fail, reason, err, time.Millisecond, true)
+		h.recordAt(h.gen.Load(), h.byName[s.Name], !fail, reason, err, time.Millisecond, true)
 	}
 	fc.Step(time.Second)
 	return h

@@ -67,7 +67,7 @@ func coreJudge(e *coreEnv, name string, ok bool, reason string, took time.Durati
 	if !ok {
 		err = errors.New(reason)
 	}
-	e.h.record(e.h.byName[name], ok, reason, err, took, true)
+	e.h.recordAt(e.h.gen.Load(), e.h.byName[name], ok, reason, err, took, true)
 }
 
 // coreServer is a Health whose checks the test judges by hand (no Run) and
