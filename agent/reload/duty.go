@@ -403,7 +403,10 @@ func (d *Duty) settled(changed []string) func(context.Context) time.Time {
 			switch {
 			case len(before) > 0 && before.Gone(""):
 				d.m.Logger.Debug("reload: the service's workers before the signal have all exited", "workers", len(before))
-				return now
+				// Not now: that was read before the look, while the last
+				// worker could still run; a look counted from then could
+				// be an old worker's.
+				return time.Now()
 			case !now.Before(deadline):
 				if len(before) > 0 {
 					d.m.Logger.Info("reload: workers from before the signal still run; verifying from reload.settle on", "settle", d.cfg.Settle.Duration().String())
