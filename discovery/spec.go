@@ -197,8 +197,13 @@ func parse(s string) (Dependency, error) {
 		if err != nil {
 			return Dependency{}, fmt.Errorf("bad URL: %v", err)
 		}
-		if u.Host == "" {
+		if u.Hostname() == "" {
 			return Dependency{}, fmt.Errorf("URL has no host")
+		}
+		if strings.HasSuffix(u.Host, ":") {
+			// "h:" reads as a user and the start of a password too
+			// (h:#@x): refused rather than guessed, here and in logs.
+			return Dependency{}, fmt.Errorf("URL has an empty port after %q", u.Hostname())
 		}
 		return Dependency{Kind: KindHTTP, URL: s}, nil
 	}

@@ -45,6 +45,11 @@ var parseCases = []parseCase{
 	{in: "https://[::1]:8443/healthz?verbose=1", want: Dependency{Kind: KindHTTP, URL: "https://[::1]:8443/healthz?verbose=1"}},
 	{in: "http://", wantErr: "URL has no host"},
 	{in: "https:///path", wantErr: "URL has no host"},
+	{in: "http://:80/", wantErr: "URL has no host"},
+	{in: "http://:#@", wantErr: "URL has no host"},
+	{in: "http://h:#@", wantErr: `URL has an empty port after "h"`},
+	{in: "http://[::1]:/x", wantErr: `URL has an empty port after "::1"`},
+	{in: "http://[::1]/a@b", want: Dependency{Kind: KindHTTP, URL: "http://[::1]/a@b"}},
 	{in: "http://host/%zz", wantErr: "bad URL"},
 	{in: "http:keystone", wantErr: `unknown type "http"`},
 
@@ -177,7 +182,11 @@ func TestParseSpec(t *testing.T) {
 				if !strings.Contains(err.Error(), tc.wantErr) {
 					t.Errorf("Parse(%q) error = %q, want it to contain %q", tc.in, err, tc.wantErr)
 				}
-				if quoted := fmt.Sprintf("%q", tc.in); !strings.Contains(err.Error(), quoted) {
+				in := tc.in
+				if strings.Contains(in, "://") {
+					in = redact.URL(in) // a URL is quoted with its credentials hidden
+				}
+				if quoted := fmt.Sprintf("%q", in); !strings.Contains(err.Error(), quoted) {
 					t.Errorf("Parse(%q) error = %q, want it to quote the input %s", tc.in, err, quoted)
 				}
 				if !reflect.DeepEqual(got, Dependency{}) {

@@ -74,6 +74,19 @@ func userinfo(before string) bool {
 		return true
 	}
 	c := strings.IndexByte(before[:j], ':')
+	if strings.HasPrefix(before, "[") {
+		// An IPv6 literal's colons are not a password's: the port, if
+		// any, follows its ']' (http://[::1]/a@b is a host and a path).
+		if e := strings.IndexByte(before[:j], ']'); e >= 0 {
+			c = e + 1
+			if c == j {
+				return false
+			}
+			if before[c] != ':' {
+				return true
+			}
+		}
+	}
 	if c < 0 {
 		return false
 	}
