@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"errors"
 	"fmt"
 	"github.com/kolla-agent/kolla-agent/redact"
 	"net"
@@ -191,11 +190,8 @@ func Parse(s string) (Dependency, error) {
 func parse(s string) (Dependency, error) {
 	if strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://") {
 		u, err := url.Parse(s)
-		if ue := (*url.Error)(nil); errors.As(err, &ue) {
-			err = ue.Err // its own text repeats the URL, password and all
-		}
 		if err != nil {
-			return Dependency{}, fmt.Errorf("bad URL: %v", err)
+			return Dependency{}, fmt.Errorf("bad URL: %s", redact.ParseError(err))
 		}
 		if u.Hostname() == "" {
 			return Dependency{}, fmt.Errorf("URL has no host")
@@ -203,7 +199,7 @@ func parse(s string) (Dependency, error) {
 		if strings.HasSuffix(u.Host, ":") {
 			// "h:" reads as a user and the start of a password too
 			// (h:#@x): refused rather than guessed, here and in logs.
-			return Dependency{}, fmt.Errorf("URL has an empty port after %q", u.Hostname())
+			return Dependency{}, fmt.Errorf("URL has an empty port")
 		}
 		return Dependency{Kind: KindHTTP, URL: s}, nil
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kolla-agent/kolla-agent/certs"
+	"github.com/kolla-agent/kolla-agent/redact"
 )
 
 // HTTPConfig configures an HTTP check.
@@ -52,10 +53,10 @@ type HTTPCheck struct {
 func NewHTTP(cfg HTTPConfig) (*HTTPCheck, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil {
-		return nil, fmt.Errorf("http check: url: %w", err)
+		return nil, fmt.Errorf("http check: url %q: %s", redact.URL(cfg.URL), redact.ParseError(err))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("http check: url %q: want http://HOST[:PORT]/... or https://...", cfg.URL)
+		return nil, fmt.Errorf("http check: url %q: want http://HOST[:PORT]/... or https://...", redact.URL(cfg.URL))
 	}
 	for _, s := range cfg.ExpectStatus {
 		if s < 100 || s > 599 {

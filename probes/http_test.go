@@ -204,6 +204,9 @@ func TestNewHTTPConfigErrors(t *testing.T) {
 		{"no scheme", HTTPConfig{URL: "127.0.0.1:5000/v3"}, "127.0.0.1:5000/v3"},
 		{"ftp", HTTPConfig{URL: "ftp://127.0.0.1/"}, "ftp://127.0.0.1/"},
 		{"bad url", HTTPConfig{URL: "http://[::1"}, "url"},
+		// net/url's own text would quote the password's start as a port.
+		{"bad url, '#' in the password", HTTPConfig{URL: "http://admin:S3cr#et@h/"}, `url "http://admin:***@h/": invalid port ... after host`},
+		{"ftp with a password", HTTPConfig{URL: "ftp://u:S3cret@h/"}, `url "ftp://u:***@h/"`},
 		{"status", HTTPConfig{URL: "http://127.0.0.1/", ExpectStatus: []int{2000}}, "expectStatus 2000"},
 		{"regex", HTTPConfig{URL: "http://127.0.0.1/", BodyRegex: "("}, "bodyRegex"},
 		{"missing ca", HTTPConfig{URL: "https://127.0.0.1/", CAFile: missing}, missing},

@@ -7,6 +7,9 @@
 package redact
 
 import (
+	"errors"
+	"net/netip"
+	"net/url"
 	"regexp"
 	"strings"
 )
@@ -63,6 +66,21 @@ func URL(raw string) string {
 	return head + strings.Join(parts, ",") + query(tail)
 }
 
+// ParseError is the text of an error from url.Parse without the URL and
+// without what it quotes from it: with a '#', '?' or '/' in a password,
+// net/url takes the password's start for a port (invalid port ":S3cr"
+// after host), and the URL it names holds the rest.
+func ParseError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return quoted.ReplaceAllString(err.Error(), "...")
+}
+
+// quoted matches a Go-quoted string in an error's text.
+var quoted = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+
 // userinfo reports whether the text before a URL's last '@' is its
 // userinfo rather than a path, a query or a fragment holding an '@'
 // (opendev.org/openstack/nova@stable/2024.1, h:8080/a@b, ?email=a@b). A
@@ -74,17 +92,18 @@ func userinfo(before string) bool {
 		return true
 	}
 	c := strings.IndexByte(before[:j], ':')
-	if strings.HasPrefix(before, "[") {
-		// An IPv6 literal's colons are not a password's: the port, if
-		// any, follows its ']' (http://[::1]/a@b is a host and a path).
-		if e := strings.IndexByte(before[:j], ']'); e >= 0 {
-			c = e + 1
-			if c == j {
+	if e := strings.LastIndexByte(before[:j], ']'); strings.HasPrefix(before, "[") && e > 0 {
+		// An IPv6 literal's colons are not a password's: its port, if
+		// any, follows the ']' (http://[::1]/a@b is a host and a path).
+		// Only a real address counts: [u:pa]/ss@h is a user and password.
+		if _, err := netip.ParseAddr(strings.Replace(before[1:e], "%25", "%", 1)); err == nil {
+			if e+1 == j {
 				return false
 			}
-			if before[c] != ':' {
+			if before[e+1] != ':' {
 				return true
 			}
+			c = e + 1
 		}
 	}
 	if c < 0 {

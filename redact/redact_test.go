@@ -33,6 +33,10 @@ func TestURL(t *testing.T) {
 		"http://[::1]/a@b":                                     "http://[::1]/a@b",
 		"http://[::1]:8080/a@b":                                "http://[::1]:8080/a@b",
 		"http://h:#@x":                                         "http://h:***@x",
+		"http://[u:pa]/ss@h/":                                  "http://[u:***@h/",
+		"http://[u:p]:123/x@h":                                 "http://[u:***@h",
+		"http://[fe80::1%25a]b]/x@y":                           "http://[fe80::1%25a]b]/x@y",
+		"http://[fe80::1%25eth0]:8080/a@b":                     "http://[fe80::1%25eth0]:8080/a@b",
 		"http://h/x?email=a@b&token=t":                         "http://h/x?email=a@b&token=***",
 		"https://h/cb#access_token=t&state=1":                  "https://h/cb#access_token=***&state=1",
 		"https://h/x;token=t":                                  "https://h/x;token=t",
@@ -162,4 +166,24 @@ func FuzzText(f *testing.F) {
 			t.Fatalf("Text(%q) = %q", in, got)
 		}
 	})
+}
+
+func TestParseError(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://admin:S3cr#et@h/": "invalid port ... after host",
+		"http://h/%zz":            "invalid URL escape ...",
+		"http://[u:p]:#x@h":       "", // netip's ParseAddr("u:p"): quoted too
+	} {
+		_, err := url.Parse(in)
+		if err == nil {
+			t.Fatalf("url.Parse(%q) = nil error", in)
+		}
+		got := ParseError(err)
+		if strings.Contains(got, "S3cr") || strings.Contains(got, "u:p") || strings.Contains(got, "http") {
+			t.Errorf("ParseError(%q) = %q: it shows the URL or part of it", in, got)
+		}
+		if want != "" && got != want {
+			t.Errorf("ParseError(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
