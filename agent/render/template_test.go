@@ -512,14 +512,16 @@ func TestTemplateWaitTimeout(t *testing.T) {
 		})
 	}
 
-	// Cancelled (SIGTERM), not timed out.
+	// Cancelled (SIGTERM), not timed out. The last state is any: on a
+	// loaded machine the first answer may not be in within 100 ms (the
+	// cases above check what it says); the deadline only bounds the test.
 	srv := startTemplateDNS(t, func(q *dns.Msg, _ int) *dns.Msg { return dnstest.Reply(q, dns.RcodeNameError) })
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ctx, stop := context.WithCancel(ctx)
 	time.AfterFunc(100*time.Millisecond, stop)
 	_, err := RenderTemplate(ctx, "t.tmpl", []byte(`{{ lookup "db.example.com" }}`), TemplateOptions{Resolver: srv.resolver(t), Timeout: time.Minute})
-	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "waiting for db.example.com: context canceled (last: NXDOMAIN for") {
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "waiting for db.example.com: context canceled (last: ") {
 		t.Errorf("cancelled wait: %v", err)
 	}
 }
