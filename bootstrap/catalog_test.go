@@ -125,6 +125,8 @@ func TestReadCredentialsErrors(t *testing.T) {
 		{"empty user", map[string]string{"OS_USERNAME": " \n"}, "missing OS_USERNAME (or OS_USER_ID)"},
 		{"no URL", map[string]string{"OS_AUTH_URL": ""}, "missing OS_AUTH_URL"},
 		{"bad URL", map[string]string{"OS_AUTH_URL": "keystone"}, `/OS_AUTH_URL: "keystone" is not an http or https URL`},
+		// A URL with credentials in it is shown redacted.
+		{"bad URL with a password", map[string]string{"OS_AUTH_URL": "ftp://admin:s3cret@keystone/v3"}, `/OS_AUTH_URL: "ftp://admin:***@keystone/v3" is not an http or https URL`},
 		{"no scope", map[string]string{"OS_PROJECT_NAME": ""}, "missing a scope: OS_SYSTEM_SCOPE=all, OS_PROJECT_NAME"},
 		{"two scopes", map[string]string{"OS_SYSTEM_SCOPE": "all"}, "/OS_SYSTEM_SCOPE and /"},
 		{"system scope not all", map[string]string{"OS_PROJECT_NAME": "", "OS_SYSTEM_SCOPE": "yes"}, `/OS_SYSTEM_SCOPE: "yes": Keystone's only system scope is "all"`},

@@ -16,6 +16,7 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/config/clouds"
 
 	"github.com/kolla-agent/kolla-agent/certs"
+	"github.com/kolla-agent/kolla-agent/redact"
 )
 
 // Credentials are how the agent authenticates to Keystone, read from the
@@ -381,10 +382,12 @@ func normInterface(s string) string {
 	return strings.TrimSuffix(strings.ToLower(s), "url")
 }
 
+// checkAuthURL shows s redacted: a URL that is not Keystone's may carry
+// credentials (pasted from a transport URL).
 func checkAuthURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("%q is not an http or https URL", s)
+		return fmt.Errorf("%q is not an http or https URL", redact.URL(s))
 	}
 	return nil
 }
