@@ -672,6 +672,11 @@ func TestFollowBackupOlderThanALateLine(t *testing.T) {
 			fl := newFollower(log, 1024, nil)
 			want(t, readAll(t, fl), 0, 10)
 			saved := fl.Positions()
+			// The old file held the path for a while (a rotation period):
+			// the file made next is born in a later tick of the file
+			// clock. In the same tick, creation times say nothing and
+			// the backup's mtime, moved back below, makes it look older.
+			time.Sleep(10 * time.Millisecond)
 			os.Rename(log, log+".1")
 			writer(t, log).WriteString(lines(10, 20)) // the writer re-created it
 			os.Rename(log, log+"-2026112720.backup")  // logrotate's create found it
@@ -797,6 +802,9 @@ func TestFollowCopyInodeReused(t *testing.T) {
 	compressTo(t, log+".1", log+".2.gz")
 	os.Chtimes(log+".2.gz", x.ModTime(), x.ModTime())
 	w.WriteString(lines(100, 200))
+	// Y is made a rotation after X, in a later tick of the file clock: an
+	// inode and a creation time both equal to X's would be X's.
+	time.Sleep(10 * time.Millisecond)
 	copyTruncate(log) // Y
 	w.WriteString(lines(200, 210))
 	if y, _ := os.Stat(log + ".1"); !os.SameFile(x, y) {
@@ -935,6 +943,9 @@ func TestFollowFirstFileCopiedBeforeRead(t *testing.T) {
 				old, _ = os.Stat(log + ".1")
 				compressTo(t, log+".1", log+".2.gz")
 				os.Chtimes(log+".2.gz", old.ModTime(), old.ModTime()) // as logrotate keeps it
+				// A rotation later: the new copy may get the old one's
+				// inode, but not its creation time.
+				time.Sleep(10 * time.Millisecond)
 			}
 			copyTruncate(log)
 			if older {

@@ -65,7 +65,7 @@ func (lr *logrotate) rotate() error {
 // a service does on its postrotate signal. However slow logrotate starts
 // on a loaded machine, there is a rotation at least every perRotation
 // lines. Both stop when the test ends.
-func underLogrotate(t *testing.T, lr *logrotate, log, mode string, total, perMs, perRotation int) (wait func() int64) {
+func underLogrotate(t *testing.T, lr *logrotate, log, mode string, total, perMs, perRotation int, ready <-chan struct{}) (wait func() int64) {
 	var rotations atomic.Int64
 	done, stop := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
@@ -104,6 +104,16 @@ func underLogrotate(t *testing.T, lr *logrotate, log, mode string, total, perMs,
 		}
 	})
 	wg.Go(func() { // logrotate, every rotateEvery
+		// Not before the reader has read from the file: one that comes
+		// to it rotated starts afresh at the live file, after lines a
+		// loaded machine let logrotate move away first.
+		select {
+		case <-ready:
+		case <-done:
+			return
+		case <-stop:
+			return
+		}
 		for {
 			select {
 			case <-done:
@@ -168,7 +178,9 @@ func TestFollowUnderLogrotate(t *testing.T) {
 			dir := t.TempDir()
 			log := filepath.Join(dir, "keystone.log")
 			const total = 100_000
-			wait := underLogrotate(t, newLogrotate(t, dir, log, mode), log, mode, total, 100, 10_000)
+			ready := make(chan struct{})
+			var readyOnce sync.Once
+			wait := underLogrotate(t, newLogrotate(t, dir, log, mode), log, mode, total, 100, 10_000, ready)
 			finished := make(chan int64, 1)
 			go func() { finished <- wait() }()
 			fl := newFollower(log, 256<<10, nil)
@@ -186,6 +198,7 @@ func TestFollowUnderLogrotate(t *testing.T) {
 					}
 				}
 				if len(ls) > 0 {
+					readyOnce.Do(func() { close(ready) })
 					continue
 				}
 				if rotations >= 0 {
@@ -244,7 +257,9 @@ func TestShipUnderLogrotate(t *testing.T) {
 			var once sync.Once
 			stop := runShipper(t, cfg)
 			t.Cleanup(func() { once.Do(stop) }) // before the receiver and the client go
-			wait := underLogrotate(t, newLogrotate(t, dir, log, mode), log, mode, total, 200, 20_000)
+			ready := make(chan struct{})
+			var readyOnce sync.Once
+			wait := underLogrotate(t, newLogrotate(t, dir, log, mode), log, mode, total, 200, 20_000, ready)
 			finished := make(chan int64, 1)
 			go func() { finished <- wait() }()
 
@@ -257,6 +272,9 @@ func TestShipUnderLogrotate(t *testing.T) {
 				recs := r.recs
 				r.recs = nil
 				r.mu.Unlock()
+				if len(recs) > 0 {
+					readyOnce.Do(func() { close(ready) })
+				}
 				for _, e := range recs {
 					msg, _ := e.fields["message"].([]byte)
 					id, _ := e.fields["id"].(string)
