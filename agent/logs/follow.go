@@ -471,7 +471,16 @@ func (fl *follower) unchanged(s *source) bool {
 // done: a file that left the path has nothing more to give. A copy is done
 // at its end; a renamed file once the writer has moved on: the new file at
 // the path has bytes, and the old one did not grow since the last look.
+// The path is looked at first: a writer that has moved on wrote all it
+// will to the old file by then, and the old file's size taken after holds
+// it. Taken before, the writer's last lines in the old file, written
+// between the two looks, were read after the new file's first ones.
 func (fl *follower) done(s *source) bool {
+	var pfi fs.FileInfo
+	perr := fs.ErrNotExist
+	if s.written {
+		pfi, perr = os.Lstat(fl.path)
+	}
 	fi, err := s.f.Stat()
 	if err != nil {
 		return true
@@ -488,8 +497,7 @@ func (fl *follower) done(s *source) bool {
 	if grew {
 		return false
 	}
-	pfi, err := os.Lstat(fl.path)
-	return err == nil && pfi.Size() > 0 && !os.SameFile(fi, pfi)
+	return perr == nil && pfi.Size() > 0 && !os.SameFile(fi, pfi)
 }
 
 // truncation: the live file is shorter than what was read, or the bytes
