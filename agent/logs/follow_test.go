@@ -466,13 +466,8 @@ func (h *readHook) Stat() (fs.FileInfo, error) {
 // before the new file's first. (Found by TestFollowUnderFastCreate under
 // load: 88 lines out of order.)
 func TestFollowLastLinesBetweenLooks(t *testing.T) {
-	dir := t.TempDir()
-	log := filepath.Join(dir, "app.log")
-	old := writer(t, log)
-	old.WriteString(lines(0, 10))
-	fl := newFollower(log, 1024, nil)
-	defer fl.Close()
-	want(t, readAll(t, fl), 0, 10)
+	log := filepath.Join(t.TempDir(), "app.log")
+	old, fl := followedFrom(t, log, 10)
 	os.Rename(log, log+".1")
 	os.WriteFile(log, nil, 0o644) // logrotate's create: the service still writes to the old file
 	old.WriteString(lines(10, 20))

@@ -59,13 +59,15 @@ func (lr *logrotate) rotate() error {
 
 // underLogrotate starts a service that writes total numbered lines to
 // log (serviceLine), about perMs a millisecond, and logrotate rotating it
-// every rotateEvery; wait waits
-// for both and returns the number of rotations.
+// every rotateEvery once the reader calls read (it has read from the
+// file); wait waits for both and returns the number of rotations.
 // In create mode the service reopens the path when it is another file, as
 // a service does on its postrotate signal. However slow logrotate starts
 // on a loaded machine, there is a rotation at least every perRotation
 // lines. Both stop when the test ends.
-func underLogrotate(t *testing.T, lr *logrotate, log, mode string, total, perMs, perRotation int, ready <-chan struct{}) (wait func() int64) {
+func underLogrotate(t *testing.T, lr *logrotate, log, mode string, total, perMs, perRotation int) (wait func() int64, read func()) {
+	ready := make(chan struct{})
+	read = sync.OnceFunc(func() { close(ready) })
 	var rotations atomic.Int64
 	done, stop := make(chan struct{}), make(chan struct{})
 	var wg sync.WaitGroup
@@ -104,9 +106,9 @@ func underLogrotate(t *testing.T, lr *logrotate, log, mode string, total, perMs,
 		}
 	})
 	wg.Go(func() { // logrotate, every rotateEvery
-		// Not before the reader has read from the file: one that comes
-		// to it rotated starts afresh at the live file, after lines a
-		// loaded machine let logrotate move away first.
+		// Not before the reader has read from the file (read): one that
+		// comes to it rotated starts afresh at the live file, after lines
+		// a loaded machine let logrotate move away first.
 		select {
 		case <-ready:
 		case <-done:
@@ -132,7 +134,7 @@ func underLogrotate(t *testing.T, lr *logrotate, log, mode string, total, perMs,
 	return func() int64 {
 		wg.Wait()
 		return rotations.Load()
-	}
+	}, read
 }
 
 // rotateEvery is how often the logrotate tests rotate: the race build's
@@ -178,9 +180,7 @@ func TestFollowUnderLogrotate(t *testing.T) {
 			dir := t.TempDir()
 			log := filepath.Join(dir, "keystone.log")
 			const total = 100_000
-			ready := make(chan struct{})
-			var readyOnce sync.Once
-			wait := underLogrotate(t, newLogrotate(t, dir, log, mode), log, mode, total, 100, 10_000, ready)
+			wait, read := underLogrotate(t, newLogrotate(t, dir, log, mode), log, mode, total, 100, 10_000)
 			finished := make(chan int64, 1)
 			go func() { finished <- wait() }()
 			fl := newFollower(log, 256<<10, nil)
@@ -198,7 +198,7 @@ func TestFollowUnderLogrotate(t *testing.T) {
 					}
 				}
 				if len(ls) > 0 {
-					readyOnce.Do(func() { close(ready) })
+					read()
 					continue
 				}
 				if rotations >= 0 {
@@ -257,9 +257,7 @@ func TestShipUnderLogrotate(t *testing.T) {
 			var once sync.Once
 			stop := runShipper(t, cfg)
 			t.Cleanup(func() { once.Do(stop) }) // before the receiver and the client go
-			ready := make(chan struct{})
-			var readyOnce sync.Once
-			wait := underLogrotate(t, newLogrotate(t, dir, log, mode), log, mode, total, 200, 20_000, ready)
+			wait, read := underLogrotate(t, newLogrotate(t, dir, log, mode), log, mode, total, 200, 20_000)
 			finished := make(chan int64, 1)
 			go func() { finished <- wait() }()
 
@@ -273,7 +271,7 @@ func TestShipUnderLogrotate(t *testing.T) {
 				r.recs = nil
 				r.mu.Unlock()
 				if len(recs) > 0 {
-					readyOnce.Do(func() { close(ready) })
+					read()
 				}
 				for _, e := range recs {
 					msg, _ := e.fields["message"].([]byte)
