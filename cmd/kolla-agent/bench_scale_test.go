@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,12 +147,14 @@ func runScale(b *testing.B, k scaleKnobs) {
 	// fresh API server.
 	plane := scaleFreshAPIServer(b)
 	baseIdle := plane.measure(b, window, nil)
+	baseIdleLive := plane.liveHeap(b)
 
 	// 2. The baseline waiting.
 	pctx, pcancel := context.WithCancel(ctx)
 	pollers := scaleStartEntrypoints(pctx, baseCfgs, baseNS, 2*time.Second)
 	time.Sleep(2*time.Second + 500*time.Millisecond) // every poller in its loop
 	baseWait := plane.measure(b, window, nil)
+	baseWaitLive := plane.liveHeap(b) // the pollers still polling
 	pcancel()
 	pollers.wait()
 
@@ -158,6 +162,7 @@ func runScale(b *testing.B, k scaleKnobs) {
 	// an API server of their own.
 	plane = scaleFreshAPIServer(b)
 	idle := plane.measure(b, window, nil)
+	idleLive := plane.liveHeap(b)
 	cfg := filepath.Join(b.TempDir(), "agent.yaml")
 	deps := keystoneArgs()
 	body := fmt.Sprintf("namespace: %s\ndependencies:\n  timeout: 30m\n  wait:\n", agentNS)
@@ -178,6 +183,7 @@ func runScale(b *testing.B, k scaleKnobs) {
 	synced := time.Now()
 	time.Sleep(time.Second)
 	agentWait := plane.measure(b, window, agents)
+	agentWaitLive := plane.liveHeap(b)
 	agentsRSS, agentsAnon := scaleAgentsRSS(agents)
 	for _, a := range agents {
 		a.running()
@@ -313,6 +319,7 @@ func runScale(b *testing.B, k scaleKnobs) {
 	// agent's connection (TLS, HTTP/2, its token's authentication) as well
 	// as its watch, and the idle window has neither.
 	heapPerPod := (agentWait.med.heap - idle.med.heap) / fn
+	livePerPod := (agentWaitLive - idleLive) / fn
 	rssPerPod := (agentWait.med.apiRSS - idle.med.apiRSS) / fn
 	slices.Sort(exits)
 	aboveIdle := func(w, idle scaleResult) string {
@@ -330,9 +337,9 @@ func runScale(b *testing.B, k scaleKnobs) {
 		return fmt.Sprintf("heap in use %+.1f MiB, VmRSS %+.1f MiB (less the free heap Go has not returned to the OS: %+.1f), goroutines %+.0f",
 			mibf(w.med.heap-idle.med.heap), mibf(w.med.apiRSS-idle.med.apiRSS), mibf(w.med.apiRSS-w.med.free-(idle.med.apiRSS-idle.med.free)), w.med.goroutines-idle.med.goroutines)
 	}
-	b.Logf("WATCHES open (apiserver_longrunning_requests, verb WATCH): idle %.0f, kubernetes-entrypoint waiting %.0f, agents waiting %.0f (+%.0f, %.2f per agent); etcd's own watchers: idle %.0f, agents waiting %.0f. apiserver memory, each side above its own fresh server's idle (medians): agents %s; per waiting pod (its connection and its watches) %.1f KiB heap, %.1f KiB RSS, %.2f goroutines | kubernetes-entrypoint %s",
+	b.Logf("WATCHES open (apiserver_longrunning_requests, verb WATCH): idle %.0f, kubernetes-entrypoint waiting %.0f, agents waiting %.0f (+%.0f, %.2f per agent); etcd's own watchers: idle %.0f, agents waiting %.0f. apiserver memory, each side above its own fresh server's idle (medians): agents %s, live heap after a forced GC %+.1f MiB; per waiting pod (its connection and its watches) %.1f KiB heap (live %.1f KiB), %.1f KiB RSS, %.2f goroutines | kubernetes-entrypoint %s, live heap %+.1f MiB",
 		idle.med.watches, baseWait.med.watches, agentWait.med.watches, watches, watches/fn, idle.med.etcdWatchers, agentWait.med.etcdWatchers,
-		above(agentWait, idle), kib(heapPerPod), kib(rssPerPod), (agentWait.med.goroutines-idle.med.goroutines)/fn, above(baseWait, baseIdle))
+		above(agentWait, idle), mibf(agentWaitLive-idleLive), kib(heapPerPod), kib(livePerPod), kib(rssPerPod), (agentWait.med.goroutines-idle.med.goroutines)/fn, above(baseWait, baseIdle), mibf(baseWaitLive-baseIdleLive))
 	b.Logf("CONTROL PLANE while waiting, idle (baseline's | agents') | kubernetes-entrypoint | agents: %s | %s | %s | %s. Above idle: kubernetes-entrypoint %s | agents %s. The load generator (this process) %.2f s CPU in the baseline's window; the %d agents %.2f s in theirs, VmRSS %.1f MiB each (anonymous %.1f)",
 		baseIdle.brief(), idle.brief(), baseWait.brief(), agentWait.brief(), aboveIdle(baseWait, baseIdle), aboveIdle(agentWait, idle), baseWait.selfCPU, n, agentWait.agentsCPU, mibf(agentsRSS/fn), mibf(agentsAnon/fn))
 	b.Logf("MET -> EXIT, last dependency met to last exit: agents %v (median agent %v) | kubernetes-entrypoint %v (its last resolving check %v after the last met, then its 2 s sleep)",
@@ -370,6 +377,11 @@ func runScale(b *testing.B, k scaleKnobs) {
 	b.ReportMetric(mibf(max(baseIdle.apiHWM, idle.apiHWM, agentWait.apiHWM, baseWait.apiHWM)), "apiserver-hwm-MiB")
 	b.ReportMetric(mibf(max(baseIdle.etcdHWM, idle.etcdHWM, agentWait.etcdHWM, baseWait.etcdHWM)), "etcd-hwm-MiB")
 	b.ReportMetric(kib(heapPerPod), "apiserver-heap-KiB/pod")
+	b.ReportMetric(mibf(idleLive), "idle-apiserver-live-heap-MiB")
+	b.ReportMetric(mibf(baseIdleLive), "entrypoint-idle-apiserver-live-heap-MiB")
+	b.ReportMetric(mibf(agentWaitLive), "agent-waiting-apiserver-live-heap-MiB")
+	b.ReportMetric(mibf(baseWaitLive), "entrypoint-waiting-apiserver-live-heap-MiB")
+	b.ReportMetric(kib(livePerPod), "apiserver-live-heap-KiB/pod")
 	b.ReportMetric(ms(lastExit.Sub(lastMet)), "agent-met-to-last-exit-ms")
 	b.ReportMetric(ms(baseLastExit.Sub(baseLastMet)), "entrypoint-met-to-last-exit-ms")
 	b.ReportMetric(float64(agentLife.total)/fn, "agent-req/pod-lifetime")
@@ -1158,6 +1170,48 @@ func (p scalePlane) counters() (ranges, cacheReads, fallback, readBytes float64)
 	return ranges, cacheReads, fallback, readBytes
 }
 
+// liveHeap is the API server's heap in use by live objects: the least of
+// 3 readings of HeapAlloc, each just after a GC that the heap profile
+// forces (gc=1). Heap in use from /metrics also holds the garbage of the
+// last GC cycle, which for the pollers is most of it and moves with the
+// moment sampled. Read outside the CPU windows: the GCs cost CPU.
+func (p scalePlane) liveHeap(b *testing.B) float64 {
+	least := -1.0
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		raw, err := client().CoreV1().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").Param("debug", "1").DoRaw(ctx)
+		cancel()
+		if err != nil {
+			b.Fatalf("kube-apiserver /debug/pprof/heap (served only with testenv.Options.Profiling, set under -bench): %v", err)
+		}
+		v, err := heapAlloc(raw)
+		if err != nil {
+			b.Fatalf("kube-apiserver /debug/pprof/heap: %v", err)
+		}
+		if least < 0 || v < least {
+			least = v
+		}
+	}
+	return least
+}
+
+// heapAlloc reads "# HeapAlloc = N" from a Go heap profile in its text
+// form (debug=1), where the runtime's MemStats follow the samples.
+func heapAlloc(profile []byte) (float64, error) {
+	for line := range strings.SplitSeq(string(profile), "\n") {
+		v, ok := strings.CutPrefix(line, "# HeapAlloc = ")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("HeapAlloc %q: %w", v, err)
+		}
+		return float64(n), nil
+	}
+	return 0, errors.New("no \"# HeapAlloc = \" line: not a heap profile in text form (debug=1)")
+}
+
 func scaleGet(url string) (string, error) {
 	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
 	resp, err := c.Get(url)
@@ -1418,4 +1472,35 @@ func countScale(reqs []scaleReq, prefix string, from, to time.Time) scaleCount {
 		}
 	}
 	return c
+}
+
+// TestHeapAllocOfAProfile reads HeapAlloc from a real heap profile, this
+// process's, written as kube-apiserver's /debug/pprof/heap?debug=1 writes
+// it; with the GC off, HeapAlloc only grows, so the figure lies between
+// the runtime's own readings before and after.
+func TestHeapAllocOfAProfile(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var text, proto bytes.Buffer
+	if err := pprof.Lookup("heap").WriteTo(&text, 1); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	got, err := heapAlloc(text.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got < float64(before.HeapAlloc) || got > float64(after.HeapAlloc) {
+		t.Errorf("HeapAlloc %.0f: want between %d and %d", got, before.HeapAlloc, after.HeapAlloc)
+	}
+	if err := pprof.Lookup("heap").WriteTo(&proto, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := heapAlloc(proto.Bytes()); err == nil || !strings.Contains(err.Error(), "debug=1") {
+		t.Errorf("a profile in protobuf form: %v, want an error naming the text form", err)
+	}
+	if _, err := heapAlloc([]byte("# HeapAlloc = 12x\n")); err == nil || !strings.Contains(err.Error(), `"12x"`) {
+		t.Errorf("a malformed HeapAlloc: %v, want an error quoting it", err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -48,6 +49,7 @@ func TestMain(m *testing.M) {
 	// ignored at exec stays ignored, and sh may not trap it. One the process
 	// handles is reset in its children.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP)
+	flag.Parse() // setup asks whether benchmarks run, before m.Run would parse
 	code, err := setup(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "setup:", err)
@@ -74,13 +76,21 @@ func setup(m *testing.M) (int, error) {
 			return 0, fmt.Errorf("build %s: %v\n%s", pkg, err, out)
 		}
 	}
-	env, err := testenv.Start(filepath.Join(dir, "env"))
+	// A benchmark run reads kube-apiserver's live heap from its
+	// /debug/pprof (BenchmarkScale); the tests run it as clusters do.
+	env, err := testenv.StartWith(filepath.Join(dir, "env"), testenv.Options{Profiling: benchmarking()})
 	if err != nil {
 		return 0, err
 	}
 	defer env.Stop()
 	s.env = env
 	return m.Run(), nil
+}
+
+// benchmarking: `go test -bench` names benchmarks to run.
+func benchmarking() bool {
+	f := flag.Lookup("test.bench")
+	return f != nil && f.Value.String() != ""
 }
 
 func client() kubernetes.Interface { return s.env.Client() }

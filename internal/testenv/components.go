@@ -144,7 +144,7 @@ func (e *Env) startAPIServer(ctx context.Context) (*proc.Process, error) {
 		// open watches (those of the controller manager and CoreDNS) to end.
 		"--shutdown-send-retry-after=true",
 		"--allow-privileged=true",
-		"--profiling=false",
+		"--profiling=" + strconv.FormatBool(e.profiling),
 	}
 	if e.node {
 		// What a real cluster runs: pods get their ServiceAccount's

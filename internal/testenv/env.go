@@ -72,6 +72,7 @@ type Env struct {
 	host          string
 	syncFrequency time.Duration // the kubelet's, now
 	syncDefault   time.Duration // Options.SyncFrequency
+	profiling     bool
 	ports         ports
 	tokens        map[string]string
 	admin         *rest.Config
@@ -136,6 +137,7 @@ func StartWith(dir string, o Options) (*Env, error) {
 	e := newEnv(abs, BinDir(), o.Detach)
 	e.Etcd.Source = source
 	e.node, e.syncFrequency, e.syncDefault = o.Node, o.SyncFrequency, o.SyncFrequency
+	e.profiling = o.Profiling
 	if o.Node {
 		e.host = NodeIP
 	}

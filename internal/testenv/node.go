@@ -77,6 +77,9 @@ type Options struct {
 	SyncFrequency time.Duration
 	// Detach is StartDetached's: processes outlive the caller.
 	Detach bool
+	// Profiling serves kube-apiserver's /debug/pprof (off otherwise, as
+	// hardened clusters run it): benchmarks read its live heap there.
+	Profiling bool
 }
 
 // NodeMissing says why a node cannot run here, or "" when it can: tests
