@@ -108,7 +108,7 @@ func TestWaitLocalDependencies(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(context.Background()) }()
 
-	want := []string{"connection refused", "does not exist", "does not exist", "503"}
+	want := []string{"connection refused", "does not exist", "does not exist", "HTTP 503"}
 	for i, s := range want {
 		eventually(t, deps[i].String()+" waiting", func() bool {
 			o := stateOf(w, i)
@@ -258,7 +258,7 @@ func TestHTTPExpectStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Run(context.Background()); !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "302") {
+	if err := w.Run(context.Background()); !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "HTTP 302") {
 		t.Fatalf("302 with expectStatus [200]: %v", err)
 	}
 }

@@ -128,7 +128,7 @@ func TestClientUnexpectedStatus(t *testing.T) {
 	go srv.Serve(l)
 	defer srv.Close()
 	body, pass, err := Ask(context.Background(), sock, Readiness, false)
-	if err == nil || pass || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), sock) {
+	if err == nil || pass || !strings.Contains(err.Error(), "answered 404") || !strings.Contains(err.Error(), sock) {
 		t.Errorf("Ask = %q %v %v, want an error naming the socket and the status", body, pass, err)
 	}
 }

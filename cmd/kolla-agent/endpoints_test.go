@@ -174,7 +174,7 @@ bootstrap:
 	os.WriteFile(filepath.Join(creds, "OS_PASSWORD"), []byte("wrong"), 0o600)
 	bad := startAgent(t, env, "--config", cfg, "endpoints")
 	bad.wantExit(2)
-	if out := bad.out.String(); !strings.Contains(out, "authenticating user admin") || !strings.Contains(out, "401") {
+	if out := bad.out.String(); !strings.Contains(out, "authenticating user admin") || !strings.Contains(out, "but got 401 instead") { // gophercloud's words for the answer's code
 		t.Errorf("a wrong password:\n%s", out)
 	}
 	os.Remove(filepath.Join(creds, "OS_PASSWORD"))
