@@ -57,6 +57,15 @@
 // which this eventlet's poll hub does not call), so SIGHUP and SIGTERM take
 // effect up to a minute late. Real services always poll sockets;
 // service.py watches a pipe for the same effect.
+//
+// And with a file descriptor, a race: the hub takes its poll timeout from
+// its next timer, then polls. A signal whose Python handler runs between
+// the two (not inside the poll, where SignalHandler raises EINTR) spawns
+// its green thread too late for that timeout, and the hub runs it only
+// when the poll returns: with no timer, up to 60 s later (a SIGHUP seen
+// lost for over 30 s under a CPU hog). A real service's timers (RPC
+// heartbeats, report_interval, periodic tasks) bound the delay; service.py
+// has a green thread that sleeps 1 s at a time for the same effect.
 package osloservice
 
 import (

@@ -36,6 +36,7 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import sys  # noqa: E402
 
+from eventlet import greenthread  # noqa: E402
 from eventlet import hubs  # noqa: E402
 from oslo_config import cfg  # noqa: E402
 from oslo_service import service  # noqa: E402
@@ -77,6 +78,18 @@ class GreetingService(service.Service):
     def _idle(self):
         hubs.trampoline(self._idle_r, read=True)
 
+    def _tick(self):
+        # The hub takes its poll timeout from its next timer, then polls;
+        # a signal whose handler runs between the two (not inside poll,
+        # so oslo.service raises no EINTR there) spawns its green thread
+        # after the timeout was taken, and the hub sees it only when the
+        # poll returns: with no timer, up to 60 s later (a SIGHUP lost for
+        # 30 s under a CPU hog). A real service's timers (RPC heartbeats,
+        # report_interval, periodic tasks) bound that wait; this one does
+        # every second.
+        while True:
+            greenthread.sleep(1)
+
     def _mutated(self, conf, fresh):
         # Called by ConfigOpts.mutate_config_files with
         # {(group or None, name): (old, new)} for the mutable options that
@@ -86,6 +99,7 @@ class GreetingService(service.Service):
     def start(self):
         super().start()
         self.tg.add_thread(self._idle)
+        self.tg.add_thread(self._tick)
         self.starts += 1
         self.report("start")
 
