@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -1176,7 +1177,7 @@ func (p scalePlane) counters() (ranges, cacheReads, fallback, readBytes float64)
 // last GC cycle, which for the pollers is most of it and moves with the
 // moment sampled. Read outside the CPU windows: the GCs cost CPU.
 func (p scalePlane) liveHeap(b *testing.B) float64 {
-	least := -1.0
+	least := math.Inf(1)
 	for range 3 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		raw, err := client().CoreV1().RESTClient().Get().AbsPath("/debug/pprof/heap").Param("gc", "1").Param("debug", "1").DoRaw(ctx)
@@ -1188,9 +1189,7 @@ func (p scalePlane) liveHeap(b *testing.B) float64 {
 		if err != nil {
 			b.Fatalf("kube-apiserver /debug/pprof/heap: %v", err)
 		}
-		if least < 0 || v < least {
-			least = v
-		}
+		least = min(least, v)
 	}
 	return least
 }

@@ -78,19 +78,13 @@ func setup(m *testing.M) (int, error) {
 	}
 	// A benchmark run reads kube-apiserver's live heap from its
 	// /debug/pprof (BenchmarkScale); the tests run it as clusters do.
-	env, err := testenv.StartWith(filepath.Join(dir, "env"), testenv.Options{Profiling: benchmarking()})
+	env, err := testenv.StartWith(filepath.Join(dir, "env"), testenv.Options{Profiling: testenv.Benchmarking()})
 	if err != nil {
 		return 0, err
 	}
 	defer env.Stop()
 	s.env = env
 	return m.Run(), nil
-}
-
-// benchmarking: `go test -bench` names benchmarks to run.
-func benchmarking() bool {
-	f := flag.Lookup("test.bench")
-	return f != nil && f.Value.String() != ""
 }
 
 func client() kubernetes.Interface { return s.env.Client() }

@@ -79,14 +79,10 @@ class GreetingService(service.Service):
         hubs.trampoline(self._idle_r, read=True)
 
     def _tick(self):
-        # The hub takes its poll timeout from its next timer, then polls;
-        # a signal whose handler runs between the two (not inside poll,
-        # so oslo.service raises no EINTR there) spawns its green thread
-        # after the timeout was taken, and the hub sees it only when the
-        # poll returns: with no timer, up to 60 s later (a SIGHUP lost for
-        # 30 s under a CPU hog). A real service's timers (RPC heartbeats,
-        # report_interval, periodic tasks) bound that wait; this one does
-        # every second.
+        # A timer every second, as a real service's heartbeats and
+        # periodic tasks are: it bounds how late the hub sees a signal
+        # handled just before it polls (the race in osloservice.go's
+        # package doc).
         while True:
             greenthread.sleep(1)
 

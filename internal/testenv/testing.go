@@ -210,6 +210,10 @@ func (g *runGuard) listen() *runGuard {
 	return g
 }
 
+// Benchmarking: this test binary runs benchmarks (-test.bench set; flags
+// parsed).
+func Benchmarking() bool { return flagSet("test.bench") }
+
 // flagSet: the testing flag name is set to something.
 func flagSet(name string) bool {
 	f := flag.Lookup(name)
